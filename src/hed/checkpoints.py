@@ -1,0 +1,129 @@
+"""Checkpoint discovery for RL runs laid out like verl's.
+
+A run's ``checkpoint_root`` holds one ``global_step_<N>`` folder per saved step. The model of a
+step is the HuggingFace folder ``global_step_<N>/actor_hf`` (HED's and many merged-verl
+layouts) or ``global_step_<N>/actor/huggingface`` (what verl writes next to its FSDP shards).
+The step number comes from the ``global_step_<N>`` path component *nearest* the model folder:
+``/x/global_step_900/archive/global_step_12/actor_hf`` is step 12.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from hed.errors import CheckpointError
+
+#: Model folders inside ``global_step_<N>``, in the order they are tried.
+MODEL_SUBDIRS = ("actor_hf", "actor/huggingface")
+
+_STEP_RE = re.compile(r"^global_step_(\d+)$")
+_WEIGHT_PATTERNS = ("model.safetensors", "model-*.safetensors", "pytorch_model.bin", "pytorch_model-*.bin")
+_WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def step_from_path(path: str | Path) -> int:
+    """Return the RL step of a checkpoint path: the ``global_step_<N>`` component nearest the end.
+
+    Raises:
+        CheckpointError: no path component is ``global_step_<N>``.
+    """
+    for part in reversed(Path(path).parts):
+        match = _STEP_RE.match(part)
+        if match:
+            return int(match.group(1))
+    raise CheckpointError(f"{path}: no 'global_step_<N>' folder in the path; cannot tell the step")
+
+
+def discover_steps(checkpoint_root: str | Path) -> list[int]:
+    """List the steps under ``checkpoint_root`` (its ``global_step_<N>`` children), ascending.
+
+    Raises:
+        CheckpointError: the root does not exist or holds no ``global_step_<N>`` folder.
+    """
+    root = Path(checkpoint_root)
+    if not root.is_dir():
+        raise CheckpointError(f"checkpoint_root {root} does not exist: set `runs.<run>.checkpoint_root`")
+    steps = sorted(
+        int(m.group(1)) for child in root.iterdir() if child.is_dir() and (m := _STEP_RE.match(child.name))
+    )
+    if not steps:
+        raise CheckpointError(f"checkpoint_root {root} holds no global_step_<N> folder")
+    return steps
+
+
+def model_dir_for_step(checkpoint_root: str | Path, step: int) -> Path:
+    """Return the HuggingFace model folder of ``step`` under ``checkpoint_root``, validated.
+
+    Raises:
+        CheckpointError: the step folder or its model folder is missing; the model folder has a
+            config.json but no weights ("needs merging (verl model_merger)"); or only LoRA
+            adapter weights.
+    """
+    step_dir = Path(checkpoint_root) / f"global_step_{step}"
+    if not step_dir.is_dir():
+        raise CheckpointError(
+            f"step {step} not found: {step_dir} does not exist (check `steps` and `checkpoint_root`)"
+        )
+    for sub in MODEL_SUBDIRS:
+        candidate = step_dir / sub
+        if candidate.is_dir():
+            validate_model_dir(candidate)
+            return candidate
+    looked = ", ".join(str(step_dir / sub) for sub in MODEL_SUBDIRS)
+    if (step_dir / "actor").is_dir():
+        raise CheckpointError(
+            f"{step_dir / 'actor'} holds no HuggingFace folder: needs merging (verl model_merger) into "
+            f"{step_dir / 'actor_hf'}"
+        )
+    raise CheckpointError(f"no model folder for step {step}: looked in {looked}")
+
+
+def validate_model_dir(model_dir: str | Path) -> None:
+    """Check that ``model_dir`` is a loadable full-weight HuggingFace folder.
+
+    Raises:
+        CheckpointError: config.json missing; LoRA-adapter-only; or no weight files.
+    """
+    model_dir = Path(model_dir)
+    has_weights = any(any(model_dir.glob(p)) for p in _WEIGHT_PATTERNS)
+    if (model_dir / "adapter_config.json").is_file() and not has_weights:
+        raise CheckpointError(
+            f"{model_dir} holds only LoRA adapter weights: merge the adapter into the base model "
+            "(peft merge_and_unload) and save a full model there"
+        )
+    if not (model_dir / "config.json").is_file():
+        raise CheckpointError(f"{model_dir} has no config.json: not a HuggingFace model folder")
+    if not has_weights:
+        raise CheckpointError(
+            f"{model_dir} has config.json but no weights: needs merging (verl model_merger) into a "
+            "HuggingFace folder"
+        )
+
+
+def checkpoint_fingerprint(model_dir: str | Path) -> dict[str, str]:
+    """Content hashes (sha256) of a checkpoint's ``config.json`` and weight index.
+
+    The weight index is the sharded index file when there is one, else the size and
+    modification time of each weight file (hashing GBs of weights would take minutes).
+
+    Returns:
+        ``{"model_dir", "config_sha256", "weights_index_sha256"}``.
+    """
+    model_dir = Path(model_dir)
+    config_hash = hashlib.sha256((model_dir / "config.json").read_bytes()).hexdigest()
+    index = next((model_dir / n for n in _WEIGHT_INDEXES if (model_dir / n).is_file()), None)
+    if index is not None:
+        weights_hash = hashlib.sha256(index.read_bytes()).hexdigest()
+    else:
+        listing = sorted(
+            (f.name, f.stat().st_size) for p in _WEIGHT_PATTERNS for f in model_dir.glob(p)
+        )
+        weights_hash = hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+    return {
+        "model_dir": str(model_dir),
+        "config_sha256": config_hash,
+        "weights_index_sha256": weights_hash,
+    }

@@ -1,0 +1,246 @@
+"""Kedro datasets HED needs beyond kedro-datasets.
+
+* :class:`ArrowParquetDataset` — token records. A step holds 10–50 million rows, so loading
+  returns a lazy :class:`pyarrow.dataset.Dataset` (read only the columns you need, stream
+  batches) and saving accepts a stream of record batches, written with pyarrow's
+  ``ParquetWriter``. Files are written under a temporary name and renamed into place when
+  complete, so a killed process never leaves a file that ``exists()`` or a later load takes
+  for complete.
+* :class:`PromptFileDataset` — a prompt file in JSON Lines or Parquet, read with pandas;
+  empty or unreadable files give a one-line error naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import fsspec
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError, Version
+
+from hed.errors import InputDataError
+
+TableLike = pa.Table | pa.RecordBatch | pd.DataFrame
+
+
+def _to_table(chunk: TableLike, schema: pa.Schema | None) -> pa.Table:
+    if isinstance(chunk, pd.DataFrame):
+        return pa.Table.from_pandas(chunk, schema=schema, preserve_index=False)
+    if isinstance(chunk, pa.RecordBatch):
+        chunk = pa.Table.from_batches([chunk])
+    if schema is not None and chunk.schema != schema:
+        chunk = chunk.select(schema.names).cast(schema)
+    return chunk
+
+
+def write_parquet_atomically(
+    path: str | os.PathLike,
+    data: TableLike | Iterable[TableLike],
+    schema: pa.Schema | None = None,
+    **writer_args: Any,
+) -> int:
+    """Write one table, or a stream of tables/batches, to a Parquet file atomically.
+
+    The rows go to a temporary file in the target folder, which is fsynced and renamed onto
+    ``path`` only when everything was written. On any error (disk full, a failing producer)
+    the temporary file is removed and nothing appears at ``path``.
+
+    Args:
+        path: target file (local filesystem).
+        data: a ``pa.Table``/``pa.RecordBatch``/``pd.DataFrame`` or an iterable of them.
+        schema: schema to write; by default the first chunk's.
+        **writer_args: passed to ``pyarrow.parquet.ParquetWriter`` (e.g. ``compression``).
+
+    Returns:
+        The number of rows written.
+
+    Raises:
+        OSError: the folder is not writable or the disk is full (the message names ``path``).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    chunks = [data] if isinstance(data, TableLike) else data
+    writer_args = {"compression": "zstd", **writer_args}
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    writer = None
+    n_rows = 0
+    try:
+        for chunk in chunks:
+            table = _to_table(chunk, schema)
+            if writer is None:
+                schema = schema or table.schema
+                writer = pq.ParquetWriter(tmp_name, schema, **writer_args)
+            writer.write_table(table)
+            n_rows += table.num_rows
+        if writer is None:  # an empty stream still gives a valid (empty) file
+            if schema is None:
+                raise DatasetError(f"{path}: nothing to write and no schema given")
+            writer = pq.ParquetWriter(tmp_name, schema, **writer_args)
+        writer.close()
+        writer = None
+        with open(tmp_name, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except OSError as exc:
+        _discard(writer, tmp_name)
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from None
+    except BaseException:
+        _discard(writer, tmp_name)
+        raise
+    return n_rows
+
+
+def _discard(writer: pq.ParquetWriter | None, tmp_name: str) -> None:
+    if writer is not None:
+        try:
+            writer.close()
+        except Exception:  # noqa: BLE001 - the original error is what matters
+            pass
+    Path(tmp_name).unlink(missing_ok=True)
+
+
+class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
+    """Versioned Parquet dataset for large record tables (token records, merged records).
+
+    ``load()`` returns a lazy ``pyarrow.dataset.Dataset``: use
+    ``.to_table(columns=[...]).to_pandas()`` in a notebook, ``.to_batches(columns=[...])`` to
+    stream. ``save(data)`` accepts a ``pa.Table``, ``pd.DataFrame`` or an iterable of tables or
+    record batches and writes them atomically (:func:`write_parquet_atomically`).
+
+    Example catalog entry::
+
+        "{run}.step_{step}.token_records":
+          type: hed.datasets.ArrowParquetDataset
+          filepath: data/03_primary/token_records/{run}/step_{step}.parquet
+          schema: merged_token_records
+          versioned: true
+
+    Args:
+        filepath: local path of the Parquet file.
+        schema: optional name of a schema in :mod:`hed.schema` (``token_records``,
+            ``merged_token_records``, ``sequences``); rows are cast to it on save.
+        save_args: passed to ``pyarrow.parquet.ParquetWriter``.
+        version: Kedro version (set by the catalog when ``versioned: true``).
+        metadata: free-form metadata (e.g. the kedro-viz layer).
+    """
+
+    def __init__(  # noqa: PLR0913
+        self,
+        *,
+        filepath: str,
+        schema: str | None = None,
+        save_args: dict[str, Any] | None = None,
+        version: Version | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        self._fs = fsspec.filesystem("file")
+        self._schema_name = schema
+        self._save_args = dict(save_args or {})
+        self.metadata = metadata
+        super().__init__(
+            filepath=PurePosixPath(Path(filepath).absolute().as_posix()),
+            version=version,
+            exists_function=self._fs.exists,
+            glob_function=self._fs.glob,
+        )
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The Arrow schema rows are cast to on save, or None."""
+        if self._schema_name is None:
+            return None
+        from hed import schema as schemas
+
+        return {
+            "token_records": schemas.TOKEN_RECORD_SCHEMA,
+            "merged_token_records": schemas.MERGED_TOKEN_RECORD_SCHEMA,
+            "sequences": schemas.SEQUENCE_SCHEMA,
+        }[self._schema_name]
+
+    @property
+    def load_path(self) -> Path:
+        """The resolved path of the version that ``load()`` reads."""
+        return Path(str(self._get_load_path()))
+
+    def load(self) -> ds.Dataset:
+        path = self.load_path
+        try:
+            return ds.dataset(str(path), format="parquet")
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputDataError(f"{path}: not a readable Parquet file ({exc}); delete it and rerun") from None
+
+    def save(self, data: Any) -> None:
+        write_parquet_atomically(
+            str(self._get_save_path()), data, schema=self.schema, **self._save_args
+        )
+
+    def _exists(self) -> bool:
+        try:
+            path = self._get_load_path()
+        except DatasetError:
+            return False
+        return self._fs.exists(str(path))
+
+    def _describe(self) -> dict[str, Any]:
+        return {"filepath": str(self._filepath), "version": self._version, "schema": self._schema_name}
+
+    def _release(self) -> None:
+        super()._release()
+        self._invalidate_cache()
+
+    def _invalidate_cache(self) -> None:
+        self._fs.invalidate_cache(str(self._filepath))
+
+
+class PromptFileDataset(AbstractDataset[None, pd.DataFrame]):
+    """Read-only prompt file: JSON Lines (``.jsonl``/``.json``) or Parquet (``.parquet``).
+
+    The loaded DataFrame gets a ``source_file`` column with the path as configured.
+
+    Raises:
+        InputDataError: the file is missing, empty, unreadable or of another format.
+    """
+
+    def __init__(self, *, filepath: str, metadata: dict[str, Any] | None = None) -> None:
+        self._filepath = filepath
+        self.metadata = metadata
+
+    def load(self) -> pd.DataFrame:
+        path = Path(self._filepath)
+        if not path.is_file():
+            raise InputDataError(f"prompt file {path} does not exist: fix `filepath` of `raw_prompts` in the catalog")
+        if path.stat().st_size == 0:
+            raise InputDataError(f"prompt file {path} is empty: it needs one problem per row")
+        suffix = path.suffix.lower()
+        try:
+            if suffix in {".jsonl", ".json"}:
+                frame = pd.read_json(path, lines=suffix == ".jsonl", dtype=False)
+            elif suffix == ".parquet":
+                frame = pd.read_parquet(path)
+            else:
+                raise InputDataError(f"prompt file {path}: unsupported format {suffix!r}; use .jsonl or .parquet")
+        except InputDataError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - pandas/pyarrow raise many types
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InputDataError(f"prompt file {path} cannot be read: {first}") from None
+        if frame.empty:
+            raise InputDataError(f"prompt file {path} has no rows: it needs one problem per row")
+        return frame.assign(source_file=str(self._filepath))
+
+    def save(self, data: None) -> None:
+        raise DatasetError(f"{self._filepath}: the prompt file is an input, HED never writes it")
+
+    def _exists(self) -> bool:
+        return Path(self._filepath).is_file()
+
+    def _describe(self) -> dict[str, Any]:
+        return {"filepath": self._filepath}

@@ -1,0 +1,152 @@
+"""The study layout: which (run, step, shard) nodes the pipelines have.
+
+Kedro builds pipelines before it runs them, so the number of generation and aggregation nodes
+(one per run × step × shard, one per run × step) must be known when ``register_pipelines`` is
+called. The layout is read from the parameters of the active configuration environment:
+
+* ``runs`` (``parameters.yml``): ``{<run>: {role, checkpoint_root, steps, embedded}}``;
+  ``steps`` is a list or ``all`` (every ``global_step_<N>`` under ``checkpoint_root``).
+* ``generation.num_shards`` (``parameters_generation.yml``).
+
+``ProjectHooks.after_context_created`` hands the context's parameters (runtime ``--params``
+included) to :func:`activate` before Kedro asks for a pipeline; outside a session
+(``python -c``, tests) :func:`active_layout` loads ``conf/`` itself with the environment named
+by ``KEDRO_ENV`` (default ``local`` over ``base``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hed.checkpoints import discover_steps
+from hed.errors import CheckpointError, ConfigError
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("with_clip", "without_clip", "single")
+_RUN_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
+
+_active_params: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One RL training run.
+
+    Attributes:
+        name: run name, used in dataset names (``<run>.step_<step>...``).
+        role: ``with_clip``, ``without_clip`` or ``single`` (DESIGN.md §2).
+        checkpoint_root: folder holding ``global_step_<N>`` folders.
+        steps: selected steps, ascending.
+        embedded: materialise the embedded SmolLM2 into ``checkpoint_root`` when missing.
+    """
+
+    name: str
+    role: str
+    checkpoint_root: str
+    steps: tuple[int, ...]
+    embedded: bool = False
+
+
+@dataclass(frozen=True)
+class StudyLayout:
+    """All runs of an environment and the shard count."""
+
+    runs: tuple[RunSpec, ...]
+    num_shards: int
+
+    def run(self, name: str) -> RunSpec:
+        """Return the run called ``name``.
+
+        Raises:
+            ConfigError: no such run.
+        """
+        for spec in self.runs:
+            if spec.name == name:
+                return spec
+        known = ", ".join(r.name for r in self.runs)
+        raise ConfigError(f"unknown run {name!r}: known runs are {known}")
+
+    def run_steps(self) -> list[tuple[RunSpec, int]]:
+        """Every (run, step) pair in (run, step) order."""
+        return [(run, step) for run in self.runs for step in run.steps]
+
+
+def _parse_steps(name: str, steps: Any, root: str, embedded: bool) -> tuple[int, ...]:
+    if steps == "all":
+        if embedded and not Path(root).is_dir():
+            return (0,)
+        try:
+            return tuple(discover_steps(root))
+        except CheckpointError as exc:
+            raise ConfigError(f"runs.{name}.steps is 'all' but {exc}") from None
+    if isinstance(steps, int) and not isinstance(steps, bool):
+        steps = [steps]
+    if not isinstance(steps, list | tuple) or not steps:
+        raise ConfigError(f"runs.{name}.steps must be a non-empty list of integers or 'all', got {steps!r}")
+    parsed = []
+    for step in steps:
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ConfigError(f"runs.{name}.steps: {step!r} is not a non-negative integer step")
+        parsed.append(step)
+    if len(set(parsed)) != len(parsed):
+        raise ConfigError(f"runs.{name}.steps lists a step twice: {parsed}")
+    return tuple(sorted(parsed))
+
+
+def layout_from_params(params: dict[str, Any]) -> StudyLayout:
+    """Build the layout from a Kedro parameters dictionary.
+
+    Raises:
+        ConfigError: ``runs`` missing or malformed, an unknown role, a bad run name or step list,
+            or ``generation.num_shards`` not a positive integer.
+    """
+    runs_cfg = params.get("runs")
+    if not isinstance(runs_cfg, dict) or not runs_cfg:
+        raise ConfigError("parameter `runs` is missing or empty: define at least one run in parameters.yml")
+    runs = []
+    for name, cfg in runs_cfg.items():
+        if not _RUN_NAME_RE.match(str(name)):
+            raise ConfigError(f"run name {name!r}: use letters, digits, '_' or '-' (it becomes part of dataset names)")
+        if not isinstance(cfg, dict):
+            raise ConfigError(f"runs.{name} must be a mapping with checkpoint_root, steps and role")
+        role = cfg.get("role", "single")
+        if role not in ROLES:
+            raise ConfigError(f"runs.{name}.role is {role!r}: use one of {', '.join(ROLES)}")
+        root = cfg.get("checkpoint_root")
+        if not root:
+            raise ConfigError(f"runs.{name}.checkpoint_root is missing")
+        embedded = bool(cfg.get("embedded", False))
+        steps = _parse_steps(name, cfg.get("steps", "all"), str(root), embedded)
+        runs.append(RunSpec(name=str(name), role=role, checkpoint_root=str(root), steps=steps, embedded=embedded))
+    num_shards = params.get("generation", {}).get("num_shards", 1)
+    if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
+        raise ConfigError(f"generation.num_shards must be a positive integer, got {num_shards!r}")
+    return StudyLayout(runs=tuple(runs), num_shards=num_shards)
+
+
+def activate(params: dict[str, Any]) -> None:
+    """Make ``params`` the source of :func:`active_layout` (called by the project hook)."""
+    global _active_params  # noqa: PLW0603 - the one hand-off point from the session to the registry
+    _active_params = params
+
+
+def active_layout() -> StudyLayout:
+    """Return the layout of the active session, or of ``conf/`` for ``KEDRO_ENV``."""
+    if _active_params is not None:
+        return layout_from_params(_active_params)
+    from kedro.config import OmegaConfigLoader
+
+    conf_source = Path(os.environ.get("HED_CONF_SOURCE", "conf"))
+    loader = OmegaConfigLoader(
+        conf_source=str(conf_source),
+        base_env="base",
+        default_run_env="local",
+        env=os.environ.get("KEDRO_ENV"),
+    )
+    return layout_from_params(loader["parameters"])

@@ -1,0 +1,20 @@
+"""Project pipelines."""
+
+from kedro.framework.project import find_pipelines
+from kedro.pipeline import Pipeline
+
+
+def register_pipelines() -> dict[str, Pipeline]:
+    """Register the project's pipelines.
+
+    The generation and aggregation pipelines have one node per (run, step[, shard]) of the
+    active configuration environment (see :mod:`hed.layout`); ``__default__`` is the whole
+    chain generation → aggregation → metrics → reporting.
+
+    Returns:
+        A mapping from pipeline names to ``Pipeline`` objects.
+    """
+    pipelines = find_pipelines(raise_errors=True)
+    chain = ["generation", "aggregation", "metrics", "reporting"]
+    pipelines["__default__"] = sum((pipelines[name] for name in chain if name in pipelines), Pipeline([]))
+    return pipelines

@@ -1,0 +1,60 @@
+"""Arrow schemas of HED's record tables (DESIGN.md §4.1, §4.2).
+
+Column names and types here are part of the user contract: notebooks and downstream
+scripts read them by name. Change them only together with ``docs/datasets.md``.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+#: One row per generated token of one shard (DESIGN.md §4.1). Units: ``entropy`` in nats,
+#: ``logprob`` natural log, ``prob``/``topk_probs`` probabilities, all of softmax(z / T).
+TOKEN_RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("run", pa.dictionary(pa.int32(), pa.string())),
+        pa.field("step", pa.int32()),
+        pa.field("shard", pa.int16()),
+        pa.field("prompt_index", pa.int32()),
+        pa.field("sample_index", pa.int16()),
+        pa.field("position", pa.int32()),
+        pa.field("token_id", pa.int32()),
+        pa.field("token_text", pa.string()),
+        pa.field("entropy", pa.float32()),
+        pa.field("logprob", pa.float32()),
+        pa.field("prob", pa.float32()),
+        pa.field("topk_token_ids", pa.list_(pa.int32())),
+        pa.field("topk_probs", pa.list_(pa.float32())),
+        pa.field("is_special", pa.bool_()),
+    ]
+)
+
+#: Columns that merged (per-step) records add to :data:`TOKEN_RECORD_SCHEMA`.
+MERGED_EXTRA_FIELDS = [
+    pa.field("word", pa.string()),
+    pa.field("category", pa.string()),
+    pa.field("is_high_entropy", pa.bool_()),
+]
+
+#: Merged records of one (run, step): the raw columns plus word, category, is_high_entropy.
+MERGED_TOKEN_RECORD_SCHEMA = pa.schema(list(TOKEN_RECORD_SCHEMA) + MERGED_EXTRA_FIELDS)
+
+#: One row per response (DESIGN.md §4.2).
+SEQUENCE_SCHEMA = pa.schema(
+    [
+        pa.field("run", pa.string()),
+        pa.field("step", pa.int32()),
+        pa.field("shard", pa.int16()),
+        pa.field("prompt_index", pa.int32()),
+        pa.field("prompt_id", pa.string()),
+        pa.field("sample_index", pa.int16()),
+        pa.field("response_text", pa.string()),
+        pa.field("n_tokens", pa.int32()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("extracted_answer", pa.string()),
+        pa.field("correct", pa.bool_()),
+    ]
+)
+
+#: Key columns that identify a token record; the documented tie-break order (DESIGN.md §5.2).
+RECORD_KEY = ("prompt_index", "sample_index", "position")

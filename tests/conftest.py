@@ -1,0 +1,90 @@
+"""Shared fixtures: the embedded SmolLM2 (converted once per machine) and a tiny random model.
+
+The converted SmolLM2 folder is cached under ``.pytest_cache/hed_models`` (ignored by git) so
+only the first test session pays the ~20 s conversion.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+MODEL_CACHE = REPO_ROOT / ".pytest_cache" / "hed_models"
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """HuggingFace folder of the embedded SmolLM2-135M-Instruct (a ``global_step_0/actor_hf``)."""
+    from hed.embedded import ensure_embedded_checkpoint
+
+    return ensure_embedded_checkpoint(MODEL_CACHE / "smollm2" / "global_step_0" / "actor_hf")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(smollm2_dir):
+    """The real SmolLM2 tokenizer (byte-level BPE, 49,152 tokens, chat template)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
+def build_tiny_model(dest: Path, tokenizer, seed: int = 0, scale: float = 1.0) -> Path:
+    """Write a tiny random-weight Llama with the real SmolLM2 tokenizer into ``dest``.
+
+    Args:
+        dest: model folder to create (config.json, model.safetensors, tokenizer files).
+        tokenizer: the tokenizer to save alongside (its vocab size sets the model's).
+        seed: torch seed for the random weights; different seeds give different "checkpoints".
+        scale: multiplier of the output embedding; larger values give sharper (lower-entropy)
+            next-token distributions.
+
+    Returns:
+        ``dest``.
+    """
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(scale)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=[tokenizer.eos_token_id],
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    dest.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
+    """A tiny random Llama (hidden 32, 2 layers) with the real tokenizer, at ``global_step_0/actor_hf``."""
+    root = tmp_path_factory.mktemp("tiny_run")
+    return build_tiny_model(root / "global_step_0" / "actor_hf", tokenizer)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data`` (real benchmark files); tests using it skip when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} not present (real benchmark files live only in ../shared/data)")
+    return SHARED_DATA

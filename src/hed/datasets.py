@@ -31,12 +31,14 @@ TableLike = pa.Table | pa.RecordBatch | pd.DataFrame
 
 
 def _to_table(chunk: TableLike, schema: pa.Schema | None) -> pa.Table:
+    """Convert a chunk to a table of ``schema`` (when given), keeping its key-value metadata."""
     if isinstance(chunk, pd.DataFrame):
         return pa.Table.from_pandas(chunk, schema=schema, preserve_index=False)
     if isinstance(chunk, pa.RecordBatch):
         chunk = pa.Table.from_batches([chunk])
-    if schema is not None and chunk.schema != schema:
-        chunk = chunk.select(schema.names).cast(schema)
+    if schema is not None and not chunk.schema.equals(schema, check_metadata=False):
+        metadata = chunk.schema.metadata
+        chunk = chunk.select(schema.names).cast(schema).replace_schema_metadata(metadata)
     return chunk
 
 
@@ -76,9 +78,11 @@ def write_parquet_atomically(
         for chunk in chunks:
             table = _to_table(chunk, schema)
             if writer is None:
-                schema = schema or table.schema
+                # keep key-value metadata of the first chunk (e.g. generation parameters)
+                schema = (schema or table.schema).with_metadata(table.schema.metadata)
+                table = table.replace_schema_metadata(schema.metadata)
                 writer = pq.ParquetWriter(tmp_name, schema, **writer_args)
-            writer.write_table(table)
+            writer.write_table(table.replace_schema_metadata(schema.metadata))
             n_rows += table.num_rows
         if writer is None:  # an empty stream still gives a valid (empty) file
             if schema is None:

@@ -138,8 +138,13 @@ def activate(params: dict[str, Any]) -> None:
 
 def active_layout() -> StudyLayout:
     """Return the layout of the active session, or of ``conf/`` for ``KEDRO_ENV``."""
+    return layout_from_params(active_params())
+
+
+def active_params() -> dict[str, Any]:
+    """Parameters of the active session, or those of ``conf/`` for ``KEDRO_ENV`` outside one."""
     if _active_params is not None:
-        return layout_from_params(_active_params)
+        return _active_params
     from kedro.config import OmegaConfigLoader
 
     conf_source = Path(os.environ.get("HED_CONF_SOURCE", "conf"))
@@ -149,4 +154,4 @@ def active_layout() -> StudyLayout:
         default_run_env="local",
         env=os.environ.get("KEDRO_ENV"),
     )
-    return layout_from_params(loader["parameters"])
+    return loader["parameters"]

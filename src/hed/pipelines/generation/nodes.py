@@ -1,0 +1,326 @@
+"""Nodes of the generation pipeline: prompt set, checkpoints, one shard of one checkpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+import hed
+from hed.checkpoints import checkpoint_fingerprint, model_dir_for_step
+from hed.embedded import ensure_embedded_checkpoint
+from hed.errors import ConfigError, InputDataError
+from hed.grading import grade_response, normalise_reference
+from hed.layout import layout_from_params
+from hed.prompts import PROMPT_COLUMNS, pick_prompt_column, prompt_id, render_prompt, sample_rows
+from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+
+logger = logging.getLogger(__name__)
+
+#: Parquet key-value metadata key holding the generation parameters of a shard file.
+GENERATION_METADATA_KEY = b"hed.generation"
+
+
+def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
+    """Sample the prompt set from a prompt file.
+
+    Args:
+        raw_prompts: rows of the prompt file (``raw_prompts``), with a ``source_file`` column.
+        params: ``params:prompts`` (``prompt_columns``, ``answer_column``, ``num_prompts``,
+            ``seed``, ``instruction_suffix``).
+
+    Returns:
+        ``prompts``: prompt_index (0-based, int32), prompt_id (sha256 prefix of the prompt),
+        prompt (the user message: problem text + ``instruction_suffix``), answer (string or
+        null), source_file, source_row (row in the file).
+
+    Raises:
+        InputDataError: no prompt column, or a prompt that is empty.
+        ConfigError: ``num_prompts`` larger than the file.
+    """
+    source = str(raw_prompts["source_file"].iloc[0])
+    column = pick_prompt_column(raw_prompts, list(params["prompt_columns"]), source)
+    rows = sample_rows(len(raw_prompts), params.get("num_prompts"), int(params.get("seed", 0)), source)
+    chosen = raw_prompts.iloc[rows]
+    texts = chosen[column].astype("string")
+    empty = texts.isna() | (texts.str.strip() == "")
+    if empty.any():
+        raise InputDataError(
+            f"prompt file {source}: column {column!r} is empty in row {int(rows[np.argmax(empty.to_numpy())])}"
+        )
+    suffix = params.get("instruction_suffix") or ""
+    prompts = [str(text) + suffix for text in texts]
+    answer_column = params.get("answer_column")
+    if answer_column and answer_column in chosen.columns:
+        answers = [normalise_reference(a) for a in chosen[answer_column].tolist()]
+    else:
+        answers = [None] * len(prompts)
+    return pd.DataFrame(
+        {
+            "prompt_index": np.arange(len(prompts), dtype=np.int32),
+            "prompt_id": [prompt_id(p) for p in prompts],
+            "prompt": prompts,
+            "answer": pd.array(answers, dtype="string"),
+            "source_file": source,
+            "source_row": rows.astype(np.int64),
+        }
+    )[PROMPT_COLUMNS]
+
+
+def resolve_checkpoints(runs: dict[str, Any], generation: dict[str, Any]) -> dict[str, Any]:
+    """Find and validate the model folder of every selected (run, step), before any generation.
+
+    Runs marked ``embedded: true`` get the embedded SmolLM2 materialised first
+    (:func:`hed.embedded.ensure_embedded_checkpoint`).
+
+    Args:
+        runs: ``params:runs``.
+        generation: ``params:generation`` (for ``num_shards``).
+
+    Returns:
+        ``checkpoints``: ``{run: {"role", "checkpoint_root", "steps": {"<step>": fingerprint}}}``
+        where a fingerprint holds ``model_dir``, ``config_sha256`` and ``weights_index_sha256``.
+
+    Raises:
+        CheckpointError: a step folder is missing, config-only, or LoRA-only.
+    """
+    layout = layout_from_params({"runs": runs, "generation": generation})
+    resolved: dict[str, Any] = {}
+    for run in layout.runs:
+        if run.embedded:
+            ensure_embedded_checkpoint(f"{run.checkpoint_root}/global_step_0/actor_hf")
+        resolved[run.name] = {
+            "role": run.role,
+            "checkpoint_root": run.checkpoint_root,
+            "steps": {str(step): checkpoint_fingerprint(model_dir_for_step(run.checkpoint_root, step)) for step in run.steps},
+        }
+        logger.info("Run %s: %d checkpoint(s), steps %s", run.name, len(run.steps), list(run.steps))
+    return resolved
+
+
+def generate_shard(
+    prompts: pd.DataFrame,
+    checkpoints: dict[str, Any],
+    prompt_params: dict[str, Any],
+    params: dict[str, Any],
+    *,
+    run: str,
+    step: int,
+    shard: int,
+) -> dict[str, pa.Table]:
+    """Sample responses for one shard of one checkpoint and record every generated token.
+
+    Loads the checkpoint of (``run``, ``step``), takes the prompts with
+    ``prompt_index % num_shards == shard``, samples ``samples_per_prompt`` responses each and
+    records per token the exact decode-time entropy (nats), logprob, prob and top-k of
+    softmax(z / T) over the full vocabulary (:mod:`hed.recording`), its text and whether it is
+    special; responses are graded with math-verify when the prompt has an answer.
+
+    Args:
+        prompts: ``prompts``.
+        checkpoints: ``checkpoints`` (from :func:`resolve_checkpoints`).
+        prompt_params: ``params:prompts`` (chat template settings).
+        params: ``params:generation``.
+        run, step, shard: which shard of which checkpoint (bound when the pipeline is built).
+
+    Returns:
+        ``{"token_records": table of TOKEN_RECORD_SCHEMA, "sequences": table of SEQUENCE_SCHEMA}``,
+        both with the generation parameters in the Parquet metadata key ``hed.generation``.
+
+    Raises:
+        ConfigError: the step is not in ``checkpoints`` or a sampling parameter is invalid.
+        CheckpointError: the model cannot be loaded.
+    """
+    import torch
+
+    from hed.recording import PromptInput, generate_sequences, load_model_and_tokenizer, resolve_dtype
+
+    entry = checkpoints.get(run, {}).get("steps", {}).get(str(step))
+    if entry is None:
+        raise ConfigError(f"no checkpoint resolved for run {run!r} step {step}: rerun `resolve_checkpoints`")
+    num_shards = int(params["num_shards"])
+    mine = prompts[prompts["prompt_index"] % num_shards == shard]
+    if params.get("torch_threads"):
+        torch.set_num_threads(int(params["torch_threads"]))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = resolve_dtype(params.get("dtype", "auto"), device)
+    model, tokenizer = load_model_and_tokenizer(entry["model_dir"], dtype=dtype, device=device)
+    sampling = sampling_params_from(params)
+    eos_ids = eos_token_ids(model, tokenizer)
+    inputs = [
+        PromptInput(prompt_index=int(row.prompt_index), prompt_id=row.prompt_id, text=render_prompt(tokenizer, row.prompt, prompt_params))
+        for row in mine.itertuples()
+    ]
+    answers = dict(zip(mine["prompt_index"].astype(int), mine["answer"], strict=True))
+    ids_of = dict(zip(mine["prompt_index"].astype(int), mine["prompt_id"], strict=True))
+    special_ids = np.array(sorted(set(tokenizer.all_special_ids) | set(eos_ids)), dtype=np.int32)
+
+    progress = _ProgressLog(f"{run}.step_{step}.shard_{shard}", len(inputs) * int(params["samples_per_prompt"]), params.get("log_every_s", 30))
+    sequences = list(
+        generate_sequences(model, tokenizer, inputs, int(params["samples_per_prompt"]), sampling, eos_ids, progress=progress)
+    )
+    progress.finish()
+    metadata = {
+        GENERATION_METADATA_KEY: json.dumps(
+            {
+                "run": run,
+                "step": step,
+                "shard": shard,
+                "num_shards": num_shards,
+                "samples_per_prompt": int(params["samples_per_prompt"]),
+                "sampling": sampling.__dict__,
+                "dtype": str(dtype).removeprefix("torch."),
+                "device": device,
+                "checkpoint": entry,
+                "prompt_ids": sorted(set(ids_of.values())),
+                "chat_template": {k: prompt_params.get(k) for k in ("apply_chat_template", "enable_thinking", "system_prompt")},
+                "hed_version": hed.__version__,
+            },
+            sort_keys=True,
+        ).encode()
+    }
+    records = records_table(sequences, run=run, step=step, shard=shard, special_ids=special_ids)
+    seqs = sequences_table(sequences, answers, ids_of, run=run, step=step, shard=shard)
+    return {
+        "token_records": records.replace_schema_metadata(metadata),
+        "sequences": seqs.replace_schema_metadata(metadata),
+    }
+
+
+def sampling_params_from(params: dict[str, Any]):
+    """Build :class:`hed.recording.SamplingParams` from ``params:generation``, validated.
+
+    Raises:
+        ConfigError: a value out of range (temperature ≤ 0, top_p outside (0, 1], top_k < 1,
+            max_new_tokens < 1, batch_size < 1, top_prob_k < 1).
+    """
+    from hed.recording import SamplingParams
+
+    temperature = float(params.get("temperature", 1.0))
+    top_p = float(params.get("top_p", 1.0))
+    top_k = params.get("top_k")
+    checks = {
+        "temperature": temperature > 0,
+        "top_p": 0 < top_p <= 1,
+        "top_k": top_k is None or (isinstance(top_k, int) and top_k >= 1),
+        "max_new_tokens": int(params.get("max_new_tokens", 0)) >= 1,
+        "batch_size": int(params.get("batch_size", 0)) >= 1,
+        "top_prob_k": int(params.get("top_prob_k", 0)) >= 1,
+        "samples_per_prompt": int(params.get("samples_per_prompt", 0)) >= 1,
+    }
+    for name, ok in checks.items():
+        if not ok:
+            raise ConfigError(f"generation.{name} = {params.get(name)!r} is out of range")
+    return SamplingParams(
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        max_new_tokens=int(params["max_new_tokens"]),
+        top_prob_k=int(params["top_prob_k"]),
+        seed=int(params.get("seed", 0)),
+        batch_size=int(params["batch_size"]),
+    )
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Every EOS id of the checkpoint's generation config (a list there), else the tokenizer's."""
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    ids = eos if isinstance(eos, list) else [eos]
+    ids = [int(i) for i in ids if i is not None]
+    if not ids:
+        raise ConfigError("the checkpoint's generation_config and tokenizer define no eos_token_id")
+    return ids
+
+
+def records_table(sequences: list[Any], *, run: str, step: int, shard: int, special_ids: np.ndarray) -> pa.Table:
+    """Assemble the token records of a shard (TOKEN_RECORD_SCHEMA), rows in (prompt, sample, position) order."""
+    sequences = sorted(sequences, key=lambda s: (s.prompt_index, s.sample_index))
+    lengths = np.array([len(s.token_ids) for s in sequences], dtype=np.int64)
+    n = int(lengths.sum())
+    k = sequences[0].topk_token_ids.shape[1] if sequences else 1
+
+    def cat(name: str, dtype: Any) -> np.ndarray:
+        return np.concatenate([getattr(s, name) for s in sequences]).astype(dtype) if sequences else np.zeros(0, dtype)
+
+    token_ids = cat("token_ids", np.int32)
+    logprob = cat("logprob", np.float32)
+    offsets = pa.array(np.arange(0, (n + 1) * k, k, dtype=np.int32))
+    topk_ids = cat("topk_token_ids", np.int32).reshape(-1)
+    topk_probs = cat("topk_probs", np.float32).reshape(-1)
+    columns = {
+        "run": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([run])),
+        "step": pa.array(np.full(n, step, np.int32)),
+        "shard": pa.array(np.full(n, shard, np.int16)),
+        "prompt_index": pa.array(np.repeat([s.prompt_index for s in sequences], lengths).astype(np.int32)),
+        "sample_index": pa.array(np.repeat([s.sample_index for s in sequences], lengths).astype(np.int16)),
+        "position": pa.array(np.concatenate([np.arange(m, dtype=np.int32) for m in lengths]) if n else np.zeros(0, np.int32)),
+        "token_id": pa.array(token_ids),
+        "token_text": pa.array([t for s in sequences for t in s.token_texts], type=pa.string()),
+        "entropy": pa.array(cat("entropy", np.float32)),
+        "logprob": pa.array(logprob),
+        "prob": pa.array(np.exp(logprob.astype(np.float64)).astype(np.float32)),
+        "topk_token_ids": pa.ListArray.from_arrays(offsets, pa.array(topk_ids)),
+        "topk_probs": pa.ListArray.from_arrays(offsets, pa.array(topk_probs)),
+        "is_special": pa.array(np.isin(token_ids, special_ids)),
+    }
+    return pa.table(columns, schema=TOKEN_RECORD_SCHEMA)
+
+
+def sequences_table(
+    sequences: list[Any], answers: dict[int, Any], prompt_ids: dict[int, str], *, run: str, step: int, shard: int
+) -> pa.Table:
+    """One row per response (SEQUENCE_SCHEMA), graded with math-verify where an answer exists."""
+    rows = []
+    for seq in sorted(sequences, key=lambda s: (s.prompt_index, s.sample_index)):
+        answer = answers.get(seq.prompt_index)
+        grade = grade_response(seq.response_text, None if pd.isna(answer) else str(answer))
+        rows.append(
+            {
+                "run": run,
+                "step": step,
+                "shard": shard,
+                "prompt_index": seq.prompt_index,
+                "prompt_id": prompt_ids[seq.prompt_index],
+                "sample_index": seq.sample_index,
+                "response_text": seq.response_text,
+                "n_tokens": len(seq.token_ids),
+                "finish_reason": seq.finish_reason,
+                "extracted_answer": grade.extracted_answer,
+                "correct": grade.correct,
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=SEQUENCE_SCHEMA)
+
+
+class _ProgressLog:
+    """Periodic log line: responses done, tokens generated, tokens/s."""
+
+    def __init__(self, label: str, total: int, every_s: float) -> None:
+        self.label, self.total, self.every_s = label, total, float(every_s or 30)
+        self.started = self.last = time.monotonic()
+        self.done = self.tokens = 0
+
+    def __call__(self, n_sequences: int, n_tokens: int) -> None:
+        self.done, self.tokens = n_sequences, n_tokens
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            self._log()
+
+    def finish(self) -> None:
+        self._log()
+
+    def _log(self) -> None:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        logger.info(
+            "%s: %d/%d responses, %d tokens, %.1f tokens/s",
+            self.label, self.done, self.total, self.tokens, self.tokens / elapsed,
+        )
+

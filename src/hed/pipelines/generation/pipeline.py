@@ -1,0 +1,58 @@
+"""Generation pipeline: prompt set → checkpoints → one ``gpu`` node per (run, step, shard)."""
+
+from __future__ import annotations
+
+from functools import partial, update_wrapper
+
+from kedro.pipeline import Node, Pipeline
+
+from hed.layout import StudyLayout, active_layout
+
+from .nodes import build_prompt_set, generate_shard, resolve_checkpoints
+
+
+def shard_namespace(run: str, step: int, shard: int) -> str:
+    """Namespace of one shard's node and datasets: ``<run>.step_<step>.shard_<k>``."""
+    return f"{run}.step_{step}.shard_{shard}"
+
+
+def create_pipeline(layout: StudyLayout | None = None, **kwargs) -> Pipeline:
+    """Build the generation pipeline for ``layout`` (default: the active environment's).
+
+    Nodes: ``build_prompt_set`` (raw_prompts → prompts), ``resolve_checkpoints`` (→ checkpoints)
+    and, for every (run, step, shard), ``<run>.step_<step>.shard_<k>.generate_shard`` tagged
+    ``gpu`` writing ``<run>.step_<step>.shard_<k>.token_records`` and ``.sequences``.
+    """
+    layout = layout or active_layout()
+    shard_nodes = [
+        Node(
+            func=update_wrapper(partial(generate_shard, run=run.name, step=step, shard=shard), generate_shard),
+            inputs={
+                "prompts": "prompts",
+                "checkpoints": "checkpoints",
+                "prompt_params": "params:prompts",
+                "params": "params:generation",
+            },
+            outputs={
+                "token_records": f"{shard_namespace(run.name, step, shard)}.token_records",
+                "sequences": f"{shard_namespace(run.name, step, shard)}.sequences",
+            },
+            name="generate_shard",
+            namespace=shard_namespace(run.name, step, shard),
+            tags=["gpu", f"run_{run.name}", f"step_{step}"],
+        )
+        for run, step in layout.run_steps()
+        for shard in range(layout.num_shards)
+    ]
+    return Pipeline(
+        [
+            Node(func=build_prompt_set, inputs=["raw_prompts", "params:prompts"], outputs="prompts", name="build_prompt_set"),
+            Node(
+                func=resolve_checkpoints,
+                inputs=["params:runs", "params:generation"],
+                outputs="checkpoints",
+                name="resolve_checkpoints",
+            ),
+            *shard_nodes,
+        ]
+    )

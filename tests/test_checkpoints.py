@@ -1,0 +1,97 @@
+"""Checkpoint discovery: step parsing, layouts, and the one-line errors for bad folders."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hed.checkpoints import (
+    checkpoint_fingerprint,
+    discover_steps,
+    model_dir_for_step,
+    step_from_path,
+)
+from hed.errors import CheckpointError
+
+
+def _model(folder, weights=True, adapter=False):
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    if weights:
+        (folder / "model.safetensors").write_bytes(b"0" * 16)
+    if adapter:
+        (folder / "adapter_config.json").write_text("{}")
+        (folder / "adapter_model.safetensors").write_bytes(b"0")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("path", "step"),
+    [
+        ("/ckpt/run/global_step_20/actor_hf", 20),
+        ("/ckpt/run/global_step_7/actor/huggingface", 7),
+        ("/x/global_step_900/archive/global_step_12/actor_hf", 12),
+        ("global_step_0", 0),
+    ],
+)
+def test_step_from_path_takes_the_nearest_component(path, step):
+    assert step_from_path(path) == step
+
+
+def test_step_from_path_without_step_component_fails():
+    with pytest.raises(CheckpointError, match="no 'global_step_<N>'"):
+        step_from_path("/ckpt/run/actor_hf")
+
+
+def test_discover_steps_sorts_numerically_and_ignores_other_folders(tmp_path):
+    for step in (100, 20, 3):
+        (tmp_path / f"global_step_{step}").mkdir()
+    (tmp_path / "global_step_x").mkdir()
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("100")
+    assert discover_steps(tmp_path) == [3, 20, 100]
+
+
+def test_both_model_layouts_are_found(tmp_path):
+    _model(tmp_path / "global_step_1" / "actor_hf")
+    _model(tmp_path / "global_step_2" / "actor" / "huggingface")
+    assert model_dir_for_step(tmp_path, 1) == tmp_path / "global_step_1" / "actor_hf"
+    assert model_dir_for_step(tmp_path, 2) == tmp_path / "global_step_2" / "actor" / "huggingface"
+
+
+def test_missing_step_names_the_folder(tmp_path):
+    _model(tmp_path / "global_step_1" / "actor_hf")
+    with pytest.raises(CheckpointError) as err:
+        model_dir_for_step(tmp_path, 5)
+    assert str(tmp_path / "global_step_5") in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_config_only_checkpoint_needs_merging(tmp_path):
+    _model(tmp_path / "global_step_3" / "actor" / "huggingface", weights=False)
+    with pytest.raises(CheckpointError, match=r"needs merging \(verl model_merger\)"):
+        model_dir_for_step(tmp_path, 3)
+
+
+def test_fsdp_shards_only_needs_merging(tmp_path):
+    actor = tmp_path / "global_step_4" / "actor"
+    actor.mkdir(parents=True)
+    (actor / "model_world_size_8_rank_0.pt").write_bytes(b"0")
+    with pytest.raises(CheckpointError, match="needs merging"):
+        model_dir_for_step(tmp_path, 4)
+
+
+def test_lora_adapter_only_fails_clearly(tmp_path):
+    _model(tmp_path / "global_step_5" / "actor_hf", weights=False, adapter=True)
+    with pytest.raises(CheckpointError, match="LoRA adapter"):
+        model_dir_for_step(tmp_path, 5)
+
+
+def test_fingerprint_changes_with_config(tmp_path):
+    folder = _model(tmp_path / "global_step_1" / "actor_hf")
+    first = checkpoint_fingerprint(folder)
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    second = checkpoint_fingerprint(folder)
+    assert first["config_sha256"] != second["config_sha256"]
+    assert first["weights_index_sha256"] == second["weights_index_sha256"]
+    assert len(first["config_sha256"]) == 64

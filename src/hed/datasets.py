@@ -25,7 +25,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError, Version
 
-from hed.errors import InputDataError
+from hed.errors import InputDataError, OutputWriteError
 
 TableLike = pa.Table | pa.RecordBatch | pd.DataFrame
 
@@ -64,13 +64,16 @@ def write_parquet_atomically(
         The number of rows written.
 
     Raises:
-        OSError: the folder is not writable or the disk is full (the message names ``path``).
+        OutputWriteError: the folder is not writable or the disk is full (names ``path``).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     chunks = [data] if isinstance(data, TableLike) else data
     writer_args = {"compression": "zstd", **writer_args}
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}; free disk space or fix the folder's permissions") from None
     os.close(fd)
     writer = None
     n_rows = 0
@@ -95,7 +98,7 @@ def write_parquet_atomically(
         os.replace(tmp_name, path)
     except OSError as exc:
         _discard(writer, tmp_name)
-        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from None
+        raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}; free disk space or fix the folder's permissions") from None
     except BaseException:
         _discard(writer, tmp_name)
         raise

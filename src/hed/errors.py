@@ -25,3 +25,7 @@ class InputDataError(HEDError, DatasetError, ValueError):
 
 class CheckpointError(HEDError, FileNotFoundError):
     """A checkpoint folder is missing, incomplete or of an unsupported layout."""
+
+
+class OutputWriteError(HEDError, DatasetError, OSError):
+    """An output cannot be written (disk full, unwritable folder); nothing partial is left."""

@@ -1,0 +1,89 @@
+"""Atomic writes through the kedro-datasets classes HED uses."""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from kedro_datasets.json import JSONDataset  # noqa: E402
+from kedro_datasets.matplotlib import MatplotlibDataset  # noqa: E402
+from kedro_datasets.pandas import CSVDataset, ParquetDataset  # noqa: E402
+
+from hed.atomic_io import install_atomic_local_writes  # noqa: E402
+
+install_atomic_local_writes()
+
+
+class Unserialisable:
+    def __repr__(self) -> str:
+        return "x"
+
+
+class FailingFrame(pd.DataFrame):
+    """A frame whose CSV writer fails after writing part of the output."""
+
+    def to_csv(self, path_or_buf=None, **kwargs):
+        path_or_buf.write("run,step\n")
+        raise OSError(28, "No space left on device")
+
+
+def _files(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def test_csv_and_json_round_trip_byte_identical(tmp_path):
+    frame = pd.DataFrame({"run": ["a", "b"], "step": [1, 2], "x": [0.25, 1e-9]})
+    csv = CSVDataset(filepath=str(tmp_path / "t.csv"), save_args={"index": False})
+    csv.save(frame)
+    first = (tmp_path / "t.csv").read_bytes()
+    csv.save(csv.load())
+    assert (tmp_path / "t.csv").read_bytes() == first
+    js = JSONDataset(filepath=str(tmp_path / "c.json"))
+    js.save({"a": [1, 2], "b": "é"})
+    assert js.load() == {"a": [1, 2], "b": "é"}
+    assert _files(tmp_path) == ["c.json", "t.csv"]  # no temporary files left
+
+
+def test_failing_json_save_leaves_nothing(tmp_path):
+    js = JSONDataset(filepath=str(tmp_path / "c.json"))
+    with pytest.raises(Exception, match="not JSON serializable"):
+        js.save({"ok": 1, "bad": Unserialisable()})
+    assert _files(tmp_path) == []
+
+
+def test_failing_save_keeps_the_previous_file(tmp_path):
+    path = tmp_path / "t.csv"
+    CSVDataset(filepath=str(path)).save(pd.DataFrame({"a": [1]}))
+    before = path.read_bytes()
+    with pytest.raises(Exception, match="No space left"):
+        CSVDataset(filepath=str(path)).save(FailingFrame({"a": [2]}))
+    assert path.read_bytes() == before
+    assert _files(tmp_path) == ["t.csv"]
+
+
+def test_versioned_parquet_and_png(tmp_path):
+    from kedro.io.core import Version
+
+    pq = ParquetDataset(filepath=str(tmp_path / "p.parquet"), version=Version(None, None))
+    pq.save(pd.DataFrame({"a": [1, 2]}))
+    assert pq.load()["a"].tolist() == [1, 2]
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    MatplotlibDataset(filepath=str(tmp_path / "f.png")).save(fig)
+    plt.close(fig)
+    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+    assert not [f for f in _files(tmp_path) if os.path.basename(f).startswith(".")]
+
+
+def test_unwritable_target_names_the_path(tmp_path):
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("a file where a folder should be")
+    with pytest.raises(Exception, match="not_a_folder") as err:
+        CSVDataset(filepath=str(blocker / "t.csv")).save(pd.DataFrame({"a": [1]}))
+    assert "\n" not in str(err.value)
+    assert _files(tmp_path) == ["not_a_folder"]

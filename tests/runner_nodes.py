@@ -1,0 +1,89 @@
+"""Node functions for ``test_runners.py``.
+
+They live in a module of their own, at top level, because ``GPURunner`` sends ``gpu`` nodes to
+spawned processes, which import a node's function by module and name.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from functools import partial, update_wrapper
+from pathlib import Path
+from typing import Any
+
+from kedro.io.data_catalog import SharedMemoryDataCatalog
+from kedro.pipeline import Node, Pipeline
+from kedro_datasets.json import JSONDataset
+
+from hed.runners import GPURunner
+
+
+def describe_process(seconds: float = 0.0) -> dict[str, Any]:
+    """Sleep ``seconds``; describe this process and the interval.
+
+    Returns:
+        ``{"pid", "cuda_visible_devices", "start_method", "start", "end"}`` (times in seconds
+        since the epoch).
+    """
+    start = time.time()
+    time.sleep(seconds)
+    return {
+        "pid": os.getpid(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "start_method": multiprocessing.get_start_method(allow_none=True),
+        "start": start,
+        "end": time.time(),
+    }
+
+
+def describe_process_after(upstream: Any, seconds: float = 0.0) -> dict[str, Any]:
+    """:func:`describe_process`, with ``upstream`` echoed under ``"upstream"``."""
+    return {**describe_process(seconds), "upstream": upstream}
+
+
+def make_prompts() -> list[str]:
+    """A small in-memory input for ``gpu`` nodes."""
+    return ["1+1", "2+2"]
+
+
+def explode() -> dict[str, Any]:
+    """Always fail.
+
+    Raises:
+        RuntimeError: always.
+    """
+    raise RuntimeError("boom: shard exploded\nsecond line of the message")
+
+
+def kill_self() -> dict[str, Any]:
+    """Die by SIGKILL, as the out-of-memory killer would do it."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    return {}
+
+
+def pass_through(data: Any) -> Any:
+    """Return ``data`` unchanged."""
+    return data
+
+
+def sleep_with_pid_file(pid_file: str) -> dict[str, Any]:
+    """Write this process's pid to ``pid_file``, then sleep far longer than any test waits."""
+    Path(pid_file).write_text(str(os.getpid()))
+    time.sleep(120)
+    return {"pid": os.getpid()}
+
+
+def run_sleeper(work_dir: str) -> None:
+    """A parent process for the signal tests: one ``gpu`` node that sleeps."""
+    func = update_wrapper(
+        partial(sleep_with_pid_file, pid_file=str(Path(work_dir) / "child.pid")),
+        sleep_with_pid_file,
+    )
+    pipeline = Pipeline([Node(func=func, inputs=None, outputs="slept", name="sleep", tags=["gpu"])])
+    catalog = SharedMemoryDataCatalog(
+        datasets={"slept": JSONDataset(filepath=str(Path(work_dir) / "slept.json"))}
+    )
+    GPURunner(gpus="0").run(pipeline, catalog)

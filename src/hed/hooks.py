@@ -2,10 +2,36 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from kedro.config import MissingConfigException, OmegaConfigLoader
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
+from kedro.framework.project import settings
 
 from hed import layout
+from hed.pass1_sources import export_wandb_api_key
+
+
+def _credentials(context: KedroContext) -> dict[str, Any]:
+    """Credentials of the run's environment, over those of ``conf/local``.
+
+    Kedro reads ``conf/local`` only when it is the run environment, but secrets live there
+    (DESIGN.md §3) also for ``kedro run --env qae_repro``; an entry of the run environment wins.
+    """
+    loaders = [context.config_loader]
+    if context.env not in (None, "local"):
+        conf_source = str(context.project_path / settings.CONF_SOURCE)
+        loaders.append(
+            OmegaConfigLoader(conf_source=conf_source, base_env="local", default_run_env="local")
+        )
+    credentials: dict[str, Any] = {}
+    for loader in reversed(loaders):
+        try:
+            credentials.update(loader["credentials"])
+        except MissingConfigException:
+            pass
+    return credentials
 
 
 class ProjectHooks:
@@ -18,5 +44,12 @@ class ProjectHooks:
         The generation and aggregation pipelines have one node per (run, step[, shard]), so
         ``register_pipelines`` needs the active environment's ``runs`` and ``num_shards``
         (runtime ``--params`` included).
+
+        Also exports ``wandb.api_key`` of the credentials (see :func:`_credentials`) as
+        ``WANDB_API_KEY`` (when that variable is not already set) for the metrics pipeline's
+        ``wandb`` source; no credentials file or no ``wandb`` entry is fine (W&B is optional).
         """
-        layout.activate(context.params)
+        # config_loader["parameters"] already holds runtime --params; `context.params` would
+        # build (and cache) every pipeline to validate them, before the layout is known.
+        layout.activate(context.config_loader["parameters"])
+        export_wandb_api_key(_credentials(context))

@@ -1,0 +1,450 @@
+"""pass@1 sources: W&B online (a fake ``wandb.Api``), W&B offline (a real run), CSV, generated."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hed.errors import ConfigError, HEDError, InputDataError
+from hed.pass1_sources import (
+    DEFAULT_METRIC_KEY,
+    DEFAULT_STEP_KEY,
+    export_wandb_api_key,
+    find_offline_run_file,
+    missing_steps,
+    parse_run_config,
+    pass1_from_summary,
+    read_pass1_csv,
+    read_wandb_history,
+    read_wandb_offline_history,
+    select_pass1,
+    to_pass1_rows,
+    warn_missing_steps,
+)
+
+METRIC = DEFAULT_METRIC_KEY  # "val-core/aime2025/acc/mean@1": keys with '/' and '@'
+STEP = DEFAULT_STEP_KEY  # "training/global_step"
+
+
+def _one_line(exc_info: pytest.ExceptionInfo) -> str:
+    message = str(exc_info.value)
+    assert isinstance(exc_info.value, HEDError)
+    assert "\n" not in message
+    return message
+
+
+# ------------------------------------------------------------------ W&B offline (real run)
+
+
+def _accuracy(step: int) -> float:
+    return round(0.1 + step / 100, 4)
+
+
+@pytest.fixture(scope="module")
+def offline_run(tmp_path_factory) -> Path:
+    """A real offline W&B run: entropy every step, pass@1 every 5 steps, global_step on both.
+
+    Validation is logged in its own ``log`` call (as many trainers do), so W&B's ``_step``
+    (one per call) differs from ``training/global_step``.
+    """
+    wandb = pytest.importorskip("wandb")
+    root = tmp_path_factory.mktemp("wandb_offline")
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in {
+            "WANDB_MODE": "offline",
+            "WANDB_SILENT": "true",
+            "WANDB_DIR": str(root),
+            "WANDB_CONFIG_DIR": str(root / "config"),
+            "WANDB_CACHE_DIR": str(root / "cache"),
+            "WANDB_DATA_DIR": str(root / "data"),
+            "WANDB_ERROR_REPORTING": "false",
+            "WANDB_DISABLE_GIT": "true",
+            "WANDB_DISABLE_CODE": "true",
+        }.items():
+            mp.setenv(name, value)
+        mp.delenv("WANDB_API_KEY", raising=False)
+        run = wandb.init(
+            mode="offline",
+            dir=root,
+            project="hed-test",
+            settings=wandb.Settings(x_disable_stats=True, console="off", save_code=False),
+        )
+        for step in range(1, 21):
+            run.log({"actor/entropy": 1.0 / step, STEP: step})
+            if step % 5 == 0:
+                run.log({METRIC: _accuracy(step), STEP: step})
+        run_dir = Path(run.dir).parent
+        run.finish()
+        wandb.teardown()
+    return run_dir
+
+
+def test_offline_run_reads_exactly_the_logged_steps(offline_run):
+    history = read_wandb_offline_history(offline_run)
+
+    assert history["step"].tolist() == [5, 10, 15, 20]
+    assert history["pass1"].tolist() == [_accuracy(s) for s in (5, 10, 15, 20)]
+    assert not history["pass1"].isna().any()
+    assert (history["step_key"] == STEP).all() and (history["metric_key"] == METRIC).all()
+    # the step comes from the metric's own row, not from W&B's per-call counter
+    assert history["wandb_step"].tolist() != history["step"].tolist()
+
+
+def test_offline_run_falls_back_to_wandb_step_when_step_key_is_absent(offline_run, caplog):
+    with caplog.at_level(logging.WARNING, logger="hed.pass1_sources"):
+        history = read_wandb_offline_history(offline_run, step_key="trainer/step")
+
+    assert "'trainer/step' is absent" in caplog.text and "_step" in caplog.text
+    assert (history["step_key"] == "_step").all()
+    assert history["step"].tolist() == history["wandb_step"].tolist()
+    assert len(history) == 4
+
+
+def test_offline_run_accepts_the_wandb_file_and_the_wandb_folder(offline_run):
+    wandb_file = find_offline_run_file(offline_run)
+    assert wandb_file.name.startswith("run-") and wandb_file.suffix == ".wandb"
+    assert find_offline_run_file(wandb_file) == wandb_file
+    assert find_offline_run_file(offline_run.parent) == wandb_file
+
+
+def test_offline_run_metric_key_absent_lists_the_run_keys(offline_run):
+    with pytest.raises(InputDataError) as exc_info:
+        read_wandb_offline_history(offline_run, metric_key="val-core/aime2024/acc/mean@1")
+    message = _one_line(exc_info)
+    assert "val-core/aime2024/acc/mean@1" in message
+    assert "actor/entropy" in message and METRIC in message
+
+
+def test_offline_folder_that_does_not_exist(tmp_path):
+    with pytest.raises(InputDataError) as exc_info:
+        read_wandb_offline_history(tmp_path / "wandb" / "offline-run-missing")
+    assert "does not exist" in _one_line(exc_info)
+
+
+def test_offline_folder_without_a_log(tmp_path):
+    with pytest.raises(InputDataError) as exc_info:
+        find_offline_run_file(tmp_path)
+    assert "no run-*.wandb" in _one_line(exc_info)
+
+
+# ------------------------------------------------------------------ W&B online (fake Api)
+
+
+class FakeRun:
+    """The public ``wandb.apis.public.Run`` interface over recorded history rows.
+
+    ``scan_history(keys=...)`` returns, like W&B, only the rows holding every requested key,
+    restricted to those keys. ``history()`` (sampled) must never be used.
+    """
+
+    def __init__(self, rows: list[dict], summary: dict | None = None):
+        self._rows = rows
+        self.summary_metrics = (
+            summary if summary is not None else {k: v for r in rows for k, v in r.items()}
+        )
+        self.scan_calls: list[list[str] | None] = []
+
+    def scan_history(self, keys=None, page_size=1000, min_step=0, max_step=None, use_cache=True):
+        self.scan_calls.append(keys)
+        for row in self._rows:
+            if keys is None:
+                yield dict(row)
+            elif all(key in row for key in keys):
+                yield {key: row[key] for key in keys}
+
+    def history(self, *args, **kwargs):
+        raise AssertionError("history() samples the run: use scan_history()")
+
+
+class FakeApi:
+    """The public ``wandb.Api`` interface: ``run("<entity>/<project>/<run_id>")``."""
+
+    def __init__(self, runs: dict[str, FakeRun]):
+        self.runs = runs
+        self.paths: list[str] = []
+
+    def run(self, path: str) -> FakeRun:
+        self.paths.append(path)
+        if path not in self.runs:
+            raise ValueError(f"Could not find run {path}")
+        return self.runs[path]
+
+
+def _factory(api: FakeApi):
+    def make(**kwargs):
+        return api
+
+    return make
+
+
+def _resumed_rows() -> list[dict]:
+    """A run resumed from its step-100 checkpoint: global step 100..130, validation every 10."""
+    rows = []
+    for i, step in enumerate(range(100, 131)):
+        row = {"_step": 1000 + i, "actor/entropy": 0.5, STEP: step}
+        if step % 10 == 0:
+            row[METRIC] = step / 1000
+        rows.append(row)
+    rows.insert(3, {"_step": 999, "actor/kl": 0.01})  # a row with neither key
+    return rows
+
+
+def test_online_reads_only_rows_with_the_metric_and_their_own_step():
+    run = FakeRun(_resumed_rows())
+    api = FakeApi({"ent/proj/abc123": run})
+
+    history = read_wandb_history("ent", "proj", "abc123", api_factory=_factory(api))
+
+    assert api.paths == ["ent/proj/abc123"]
+    assert history["step"].tolist() == [100, 110, 120, 130]
+    assert history["pass1"].tolist() == [0.1, 0.11, 0.12, 0.13]
+    assert history["wandb_step"].tolist() == [1000, 1010, 1020, 1030]
+    assert not history["pass1"].isna().any()
+    # scan_history with the metric key (keys containing '/'), never a full scan nor history()
+    assert run.scan_calls and all(keys is not None and METRIC in keys for keys in run.scan_calls)
+
+
+def test_online_never_calls_history(monkeypatch):
+    run = FakeRun(_resumed_rows())
+    calls = []
+    monkeypatch.setattr(run, "history", lambda *a, **k: calls.append(a) or pd.DataFrame())
+
+    read_wandb_history(
+        "ent", "proj", "abc123", api_factory=_factory(FakeApi({"ent/proj/abc123": run}))
+    )
+
+    assert calls == []
+
+
+def test_online_step_key_absent_falls_back_to_wandb_step(caplog):
+    rows = [{"_step": s, METRIC: s / 10} for s in (3, 6, 9)] + [{"_step": 10, "actor/entropy": 1.0}]
+    api = FakeApi({"e/p/r": FakeRun(rows)})
+    with caplog.at_level(logging.WARNING, logger="hed.pass1_sources"):
+        history = read_wandb_history("e", "p", "r", api_factory=_factory(api))
+
+    assert history["step"].tolist() == [3, 6, 9]
+    assert (history["step_key"] == "_step").all()
+    assert "training/global_step" in caplog.text and "_step" in caplog.text
+
+
+def test_online_nan_values_are_left_out_not_filled():
+    rows = [
+        {"_step": 0, METRIC: 0.2, STEP: 10},
+        {"_step": 1, METRIC: float("nan"), STEP: 20},
+        {"_step": 2, STEP: 25, "actor/entropy": 1.0},
+        {"_step": 3, METRIC: 0.4, STEP: 30},
+    ]
+    history = read_wandb_history(
+        "e", "p", "r", api_factory=_factory(FakeApi({"e/p/r": FakeRun(rows)}))
+    )
+    assert history["step"].tolist() == [10, 30]
+    assert history["pass1"].tolist() == [0.2, 0.4]
+
+
+def test_online_metric_key_absent_lists_up_to_20_keys():
+    summary = {f"actor/metric_{i:02d}": 1.0 for i in range(30)} | {
+        "val-core/aime2024/acc/mean@1": 0.3
+    }
+    rows = [{"_step": 0, "actor/metric_00": 1.0, STEP: 1}]
+    api = FakeApi({"e/p/r": FakeRun(rows, summary=summary)})
+
+    with pytest.raises(InputDataError) as exc_info:
+        read_wandb_history("e", "p", "r", api_factory=_factory(api))
+
+    message = _one_line(exc_info)
+    assert METRIC in message
+    listed = message.split("the run has: ", 1)[1]
+    assert listed.startswith("val-core/aime2024/acc/mean@1")  # same prefix listed first
+    assert listed.count(",") == 19 and "(31 in all)" in listed
+
+
+def test_online_run_not_found_is_one_line():
+    with pytest.raises(InputDataError) as exc_info:
+        read_wandb_history("e", "p", "nope", api_factory=_factory(FakeApi({})))
+    assert "e/p/nope" in _one_line(exc_info)
+
+
+def test_online_without_api_key_says_where_to_put_it(monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    with pytest.raises(ConfigError) as exc_info:
+        read_wandb_history("e", "p", "r")
+    message = _one_line(exc_info)
+    assert "conf/local/credentials.yml" in message and "WANDB_API_KEY" in message
+
+
+def test_export_wandb_api_key_from_credentials(monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    assert export_wandb_api_key({}) is False
+    assert export_wandb_api_key({"wandb": {"api_key": "k1"}}) is True
+    assert os.environ["WANDB_API_KEY"] == "k1"
+    assert export_wandb_api_key({"wandb": {"api_key": "k2"}}) is False  # never overrides
+    assert os.environ["WANDB_API_KEY"] == "k1"
+
+
+# ------------------------------------------------------------------ CSV and generated
+
+
+def test_csv_with_custom_column_names(tmp_path):
+    path = tmp_path / "acc.csv"
+    path.write_text("global_step,acc,other\n20,0.25,x\n40,,y\n80,0.5,z\n")
+
+    table = read_pass1_csv(path, step_column="global_step", pass1_column="acc")
+
+    assert table["step"].tolist() == [20, 80]
+    assert table["pass1"].tolist() == [0.25, 0.5]
+
+
+def test_csv_without_the_step_column(tmp_path):
+    path = tmp_path / "acc.csv"
+    path.write_text("global_step,pass1\n20,0.25\n")
+    with pytest.raises(InputDataError) as exc_info:
+        read_pass1_csv(path)
+    message = _one_line(exc_info)
+    assert "'step'" in message and "global_step" in message
+
+
+def test_csv_missing_file(tmp_path):
+    with pytest.raises(InputDataError) as exc_info:
+        read_pass1_csv(tmp_path / "absent.csv")
+    assert "does not exist" in _one_line(exc_info)
+
+
+def test_generated_is_the_mean_of_correct_per_step():
+    sequences = pd.DataFrame(
+        {
+            "run": ["r"] * 6 + ["other"] * 2,
+            "step": [0, 0, 0, 10, 10, 20, 0, 0],
+            "correct": [True, False, True, None, None, False, True, True],
+        }
+    )
+    graded = sequences.dropna(subset=["correct"])
+    summary = (
+        graded.assign(correct=graded["correct"].astype(float))
+        .groupby(["run", "step"], as_index=False)["correct"]
+        .mean()
+        .rename(columns={"correct": "pass1_generated"})
+    )
+    summary = pd.concat(
+        [summary, pd.DataFrame({"run": ["r"], "step": [10], "pass1_generated": [None]})]
+    )
+
+    table = pass1_from_summary(summary, "r")
+
+    assert table.sort_values("step")["step"].tolist() == [0, 20]
+    assert table.set_index("step")["pass1"].to_dict() == {0: pytest.approx(2 / 3), 20: 0.0}
+
+
+# ------------------------------------------------------------------ rows, selection, config
+
+
+def test_repeated_steps_keep_the_last_value(caplog):
+    table = pd.DataFrame({"step": [10, 20, 20, 30], "pass1": [0.1, 0.2, 0.25, 0.3]})
+    with caplog.at_level(logging.WARNING, logger="hed.pass1_sources"):
+        rows = to_pass1_rows(table, run="r", source="wandb", metric_key=METRIC)
+    assert rows["step"].tolist() == [10, 20, 30]
+    assert rows["pass1"].tolist() == [0.1, 0.25, 0.3]
+    assert "20" in caplog.text
+
+
+def test_missing_checkpoint_steps_are_warned_and_extra_steps_kept(caplog):
+    rows = to_pass1_rows(
+        pd.DataFrame({"step": [20, 25, 40], "pass1": [0.1, 0.15, 0.2]}),
+        run="r",
+        source="csv",
+        metric_key="pass1",
+    )
+    with caplog.at_level(logging.WARNING, logger="hed.pass1_sources"):
+        missing = warn_missing_steps(rows, run="r", source="csv", checkpoint_steps=[20, 30, 40, 60])
+    assert missing == [30, 60] == missing_steps(rows, [20, 30, 40, 60])
+    assert "30, 60" in caplog.text
+
+
+def test_select_pass1_uses_the_figure_source():
+    pass1 = pd.concat(
+        [
+            to_pass1_rows(
+                pd.DataFrame({"step": [20, 25], "pass1": [0.1, 0.2]}),
+                run="a",
+                source="wandb",
+                metric_key=METRIC,
+            ),
+            to_pass1_rows(
+                pd.DataFrame({"step": [20], "pass1": [0.9]}),
+                run="a",
+                source="generated",
+                metric_key="mean(correct)",
+            ),
+            to_pass1_rows(
+                pd.DataFrame({"step": [0], "pass1": [0.5]}),
+                run="b",
+                source="generated",
+                metric_key="mean(correct)",
+            ),
+        ]
+    )
+    params = {
+        "runs": {
+            "a": {
+                "sources": {
+                    "wandb": {"entity": "e", "project": "p", "run_id": "r"},
+                    "generated": {},
+                }
+            },
+            "b": {
+                "figure_source": "generated",
+                "sources": {"csv": {"path": "x.csv"}, "generated": {}},
+            },
+        }
+    }
+
+    chosen = select_pass1(pass1, params, {"a": [20, 40], "b": [0]})
+
+    a = chosen[chosen["run"] == "a"]
+    assert a["step"].tolist() == [20, 25, 40]
+    assert a["pass1"].tolist()[:2] == [0.1, 0.2] and math.isnan(a["pass1"].tolist()[2])
+    assert a["has_checkpoint"].tolist() == [True, False, True]
+    assert set(a["pass1_source"]) == {"wandb"}
+    b = chosen[chosen["run"] == "b"]
+    assert b[["step", "pass1", "pass1_source"]].values.tolist() == [[0, 0.5, "generated"]]
+
+
+def test_config_defaults_and_first_source_for_figures():
+    config = parse_run_config(
+        {
+            "wandb_defaults": {"step_key": "_step"},
+            "runs": {"r": {"sources": {"wandb_offline": {"path": "w"}, "generated": None}}},
+        },
+        "r",
+    )
+    assert config.figure_source == "wandb_offline"
+    assert config.wandb_source.options == {"path": "w", "metric_key": METRIC, "step_key": "_step"}
+    assert parse_run_config({}, "r").sources == ()
+
+
+@pytest.mark.parametrize(
+    ("run_cfg", "expected"),
+    [
+        ({"sources": {"tensorboard": {}}}, "unknown source 'tensorboard'"),
+        ({"sources": {"wandb": {"entity": "e", "project": "p"}}}, "run_id is missing"),
+        ({"sources": {"csv": {"path": "a.csv", "column": "x"}}}, "unknown option(s) column"),
+        (
+            {
+                "sources": {
+                    "wandb": {"entity": "e", "project": "p", "run_id": "r"},
+                    "wandb_offline": {"path": "w"},
+                }
+            },
+            "keep one",
+        ),
+        ({"figure_source": "csv", "sources": {"generated": {}}}, "figure_source is 'csv'"),
+    ],
+)
+def test_bad_config_is_one_line(run_cfg, expected):
+    with pytest.raises(ConfigError) as exc_info:
+        parse_run_config({"runs": {"r": run_cfg}}, "r")
+    assert expected in _one_line(exc_info)

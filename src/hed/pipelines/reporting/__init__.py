@@ -1,8 +1,5 @@
-"""reporting pipeline (to be built)."""
+"""Reporting: Figure 2 and Figure 3 of the QAE analysis (tables, PNGs) and resolved_config."""
 
-from kedro.pipeline import Pipeline
+from .pipeline import create_pipeline
 
-
-def create_pipeline(**kwargs) -> Pipeline:
-    """Empty until its issue lands."""
-    return Pipeline([])
+__all__ = ["create_pipeline"]

@@ -1,0 +1,272 @@
+"""Figure 2 and Figure 3 of the QAE analysis (DESIGN.md §6) drawn as matplotlib Figures.
+
+Pure functions: a table in, a :class:`matplotlib.figure.Figure` out. No pyplot state, no file
+I/O (the catalog's ``matplotlib.MatplotlibDataset`` writes the PNG). The tables are those of
+the reporting pipeline (``figure2_*`` and ``figure3_table``, docs/figures.md).
+
+Readability at paper size: every panel has labelled axes with units, fonts of 7–9 pt at the
+configured panel size, Okabe–Ito colours (distinguishable with the common colour-vision
+deficiencies), constrained layout, and tick labels that do not overlap (many steps are thinned
+and rotated; words are one per bar row).
+
+The pixel size of a saved PNG is ``figure_size(...) × dpi`` exactly: the figures are built with
+``figsize`` and ``dpi`` and saved without ``bbox_inches="tight"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib as mpl
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+#: Okabe & Ito (2008) colour-blind-safe palette.
+OKABE_ITO = {
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky_blue": "#56B4E9",
+    "bluish_green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "reddish_purple": "#CC79A7",
+}
+#: Word categories in legend order (DESIGN.md §5.4) and their colours.
+CATEGORIES = ("anthropomorphic", "reasoning", "other")
+CATEGORY_COLOURS = {
+    "anthropomorphic": OKABE_ITO["vermillion"],
+    "reasoning": OKABE_ITO["blue"],
+    "other": "#9E9E9E",  # neutral grey: reads as "the rest" under every CVD simulation
+}
+PASS1_COLOUR = OKABE_ITO["black"]
+#: Marker of the pass@1 line per source (DESIGN.md §5.5), so panels with different sources differ.
+SOURCE_MARKERS = {"wandb": "o", "wandb_offline": "D", "csv": "^", "generated": "s"}
+
+FIGURE3_MEASURE_LABEL = "normalised sampled\nprobability (fraction)"
+
+#: Text sizes (points) for a panel of about 3.5 × 2.8 in, i.e. two panels across a page.
+_RC = {
+    "font.size": 8,
+    "axes.titlesize": 8.5,
+    "axes.labelsize": 8,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "legend.fontsize": 7,
+    "figure.titlesize": 9.5,
+    "axes.spines.top": False,
+}
+_MAX_STEP_TICKS = 8  # more steps than this: let a locator thin the ticks and rotate them
+
+
+def figure_size(n_cols: int, n_rows: int, panel_size: Sequence[float]) -> tuple[float, float]:
+    """Figure size in inches: ``n_cols × n_rows`` panels of ``panel_size`` (width, height).
+
+    The saved PNG is ``round(width × dpi) × round(height × dpi)`` pixels.
+    """
+    width, height = (float(v) for v in panel_size)
+    return (max(1, n_cols) * width, max(1, n_rows) * height)
+
+
+def plot_figure2(
+    table: pd.DataFrame,
+    runs: Sequence[tuple[str, str]],
+    *,
+    single_run: bool,
+    panel_size: Sequence[float] = (3.5, 2.8),
+    dpi: int = 200,
+) -> Figure:
+    """Figure 2: anthropomorphic high-entropy tokens (bars) and pass@1 (line) per step.
+
+    One panel per run, in the order of ``runs`` (without_clip first, then with_clip, then
+    single runs). Bars on the left axis: ``anthropomorphic_count`` at each step (same y range
+    in every panel so runs compare). Line on the right axis: ``pass1`` (gaps where a step has
+    none), its marker telling the source (:data:`SOURCE_MARKERS`); the figure's legend names
+    each source shown.
+
+    Args:
+        table: the Figure 2 table (run, role, step, anthropomorphic_count, pass1, pass1_source).
+        runs: ``(run, role)`` per panel, left to right.
+        single_run: draw the single-run diagnostic title instead of the paper comparison's.
+        panel_size: inches (width, height) of one panel.
+        dpi: dots per inch of the saved PNG.
+
+    Returns:
+        The figure (``figure_size(len(runs), 1, panel_size)`` inches at ``dpi``).
+    """
+    with mpl.rc_context(_RC):
+        fig = Figure(figsize=figure_size(len(runs), 1, panel_size), dpi=dpi, layout="constrained")
+        axes = fig.subplots(1, max(1, len(runs)), squeeze=False)[0]
+        counts = pd.to_numeric(table["anthropomorphic_count"], errors="coerce")
+        bar_top = max(1.0, float(np.nanmax(counts.to_numpy(dtype=float), initial=0.0))) * 1.15
+        handles = {
+            "bars": Patch(
+                color=CATEGORY_COLOURS["anthropomorphic"],
+                label="anthropomorphic high-entropy tokens",
+            )
+        }
+        for ax, (run, role) in zip(axes, runs, strict=False):
+            rows = table[table["run"] == run].sort_values("step")
+            handles.update(_draw_figure2_panel(ax, rows, run=run, role=role, bar_top=bar_top))
+        fig.legend(
+            handles=list(handles.values()),
+            loc="outside lower center",
+            ncols=1 if len(runs) < 2 else min(3, len(handles)),
+            frameon=False,
+        )
+        if single_run:
+            title = (
+                "Single-run diagnostic (not the paper's with/without clip-higher comparison): "
+                "anthropomorphic high-entropy tokens and pass@1 per step"
+            )
+        else:
+            title = "Anthropomorphic high-entropy tokens and pass@1 over RL training"
+        fig.suptitle(title, wrap=True)
+    return fig
+
+
+def _draw_figure2_panel(
+    ax, rows: pd.DataFrame, *, run: str, role: str, bar_top: float
+) -> dict[str, Line2D]:
+    """Draw one run's panel; return the legend entries of its pass@1 line, by label."""
+    ax.set_title(f"{run} ({role})")
+    ax.set_xlabel("RL training step (global_step)")
+    ax.set_ylabel("anthropomorphic high-entropy\ntokens (count)")
+    ax.set_ylim(0, bar_top)
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    twin = ax.twinx()
+    twin.set_ylabel("pass@1 (fraction of\nsamples correct)")
+    twin.spines["top"].set_visible(False)
+    if rows.empty:
+        ax.text(0.5, 0.5, "no records", ha="center", va="center", transform=ax.transAxes)
+        twin.set_yticks([])
+        return {}
+    steps = rows["step"].to_numpy(dtype=float)
+    gaps = np.diff(np.unique(steps))
+    width = 0.6 * (float(gaps.min()) if gaps.size else 1.0)
+    ax.bar(
+        steps,
+        rows["anthropomorphic_count"].to_numpy(dtype=float),
+        width=width,
+        color=CATEGORY_COLOURS["anthropomorphic"],
+    )
+    _step_ticks(ax, np.unique(steps), width)
+    pass1 = pd.to_numeric(rows["pass1"], errors="coerce").to_numpy(dtype=float)
+    if not np.isfinite(pass1).any():
+        twin.set_yticks([])
+        label = "pass@1: not available"
+        return {
+            label: Line2D([], [], color=PASS1_COLOUR, linestyle="none", marker="x", label=label)
+        }
+    source = ", ".join(str(s) for s in rows["pass1_source"].dropna().unique()) or "unknown"
+    label = f"pass@1 (source: {source})"
+    style = {
+        "color": PASS1_COLOUR,
+        "marker": SOURCE_MARKERS.get(source, "o"),
+        "markersize": 3.5,
+        "linewidth": 1.2,
+    }
+    twin.plot(steps, pass1, label=label, **style)
+    top = float(np.nanmax(pass1))
+    twin.set_ylim(0, min(1.0, max(top * 1.25, 0.05)) if top <= 1.0 else top * 1.1)
+    return {label: Line2D([], [], label=label, **style)}
+
+
+def _step_ticks(ax, steps: np.ndarray, width: float) -> None:
+    """Ticks at the checkpoint steps; many steps get a thinned integer locator, rotated."""
+    margin = width if steps.size > 1 else 2.5 * width  # one step: keep the bar a bar
+    ax.set_xlim(steps.min() - margin, steps.max() + margin)
+    if steps.size <= _MAX_STEP_TICKS:
+        ax.set_xticks(steps, labels=[str(int(s)) for s in steps])
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
+        ax.tick_params(axis="x", labelrotation=45)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
+
+
+def plot_figure3(
+    table: pd.DataFrame,
+    runs: Sequence[tuple[str, str]],
+    steps: Sequence[int],
+    *,
+    top_n: int = 20,
+    panel_size: Sequence[float] = (2.6, 3.6),
+    dpi: int = 200,
+) -> Figure:
+    """Figure 3: top words at high-entropy positions, per (run, step), coloured by category.
+
+    A grid of panels: one row per run (order of ``runs``), one column per step of ``steps``.
+    Each panel has horizontal bars, rank 1 at the top, of length ``sampled_prob_share`` (the
+    normalised sampled probability, DESIGN.md §6); the x range is shared so panels compare.
+    A panel without records says so.
+
+    Args:
+        table: the Figure 3 table (run, role, step, rank, word, category, sampled_prob_share).
+        runs: ``(run, role)`` per row of panels.
+        steps: the Figure 3 steps, one per column of panels.
+        top_n: number of words per panel (for the title; the table holds the ranks).
+        panel_size: inches (width, height) of one panel.
+        dpi: dots per inch of the saved PNG.
+
+    Returns:
+        The figure (``figure_size(len(steps), len(runs), panel_size)`` inches at ``dpi``).
+    """
+    n_rows, n_cols = max(1, len(runs)), max(1, len(steps))
+    share = pd.to_numeric(table["sampled_prob_share"], errors="coerce").to_numpy(dtype=float)
+    x_max = max(1e-3, float(np.nanmax(share, initial=0.0))) * 1.12
+    with mpl.rc_context(_RC):
+        fig = Figure(figsize=figure_size(n_cols, n_rows, panel_size), dpi=dpi, layout="constrained")
+        axes = fig.subplots(n_rows, n_cols, squeeze=False)
+        for r, (run, role) in enumerate(runs):
+            for c, step in enumerate(steps):
+                rows = table[(table["run"] == run) & (table["step"] == step)].sort_values("rank")
+                _draw_figure3_panel(
+                    axes[r][c], rows, run=run, role=role, step=int(step), top_n=top_n, x_max=x_max
+                )
+            if not steps:
+                axes[r][0].set_title(f"{run}\n{role}")
+                axes[r][0].set_axis_off()
+                axes[r][0].text(0.5, 0.5, "no step with high-entropy\nword records", ha="center")
+        handles = [Patch(color=CATEGORY_COLOURS[c], label=c) for c in CATEGORIES]
+        fig.legend(
+            handles=handles,
+            loc="outside lower center",
+            ncols=len(CATEGORIES),
+            frameon=False,
+            title="word category",
+        )
+        fig.suptitle(
+            f"Top {top_n} words at high-entropy positions, by normalised sampled probability"
+        )
+    return fig
+
+
+def _draw_figure3_panel(
+    ax, rows: pd.DataFrame, *, run: str, role: str, step: int, top_n: int, x_max: float
+) -> None:
+    ax.set_title(f"{run}\n{role}, step {step}")
+    ax.set_xlabel(FIGURE3_MEASURE_LABEL)
+    ax.set_xlim(0, x_max)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
+    if rows.empty:
+        ax.set_yticks([])
+        ax.text(
+            0.5,
+            0.5,
+            "no high-entropy\nword records",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+        return
+    y = np.arange(len(rows))
+    colours = [CATEGORY_COLOURS.get(str(c), CATEGORY_COLOURS["other"]) for c in rows["category"]]
+    ax.barh(y, rows["sampled_prob_share"].to_numpy(dtype=float), color=colours, height=0.75)
+    ax.set_yticks(y, labels=[str(w) for w in rows["word"]])
+    ax.set_ylim(max(top_n, len(rows)) - 0.5, -0.5)  # rank 1 on top; same bar height in every panel
+    ax.tick_params(axis="y", length=0)

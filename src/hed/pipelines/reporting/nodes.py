@@ -1,0 +1,475 @@
+"""Nodes of the reporting pipeline: Figure 2 and Figure 3 (tables, PNGs) and ``resolved_config``.
+
+DESIGN.md §6 defines both figures; docs/figures.md explains them and docs/reporting.md lists
+the parameters. :func:`plan_figures` checks the inputs once and decides what the figures show
+(panels, Figure 3 steps, omissions); in strict mode it fails with one message naming
+everything missing, before any table or figure is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from hed import figures
+from hed.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+FIGURE2_COLUMNS = [
+    "run",
+    "role",
+    "step",
+    "n_tokens",
+    "n_high_entropy",
+    "anthropomorphic_count",
+    "anthropomorphic_per_1k_high_entropy",
+    "pass1",
+    "pass1_source",
+]
+FIGURE3_COLUMNS = [
+    "run",
+    "role",
+    "step",
+    "rank",
+    "word",
+    "category",
+    "count",
+    "count_share",
+    "sampled_prob_share",
+    "topk_mass_share",
+]
+PAPER = "paper_reproduction"
+SINGLE = "single_run_diagnostic"
+#: Panel order of Figure 2 (left to right) and row order of Figure 3.
+ROLE_ORDER = ("without_clip", "with_clip", "single")
+#: Tie-break of the Figure 3 ranking: share ↓, then count ↓, then word ↑ (alphabetical).
+RANK_ORDER = (("sampled_prob_share", False), ("count", False), ("word", True))
+DEFAULT_TOP_N = 20
+
+
+# ------------------------------------------------------------------ configuration helpers
+
+
+def figure2_kind(runs: Mapping[str, Any]) -> str:
+    """``paper_reproduction`` when ``runs`` has a with_clip and a without_clip run, else
+    ``single_run_diagnostic`` (DESIGN.md §6)."""
+    roles = {str((cfg or {}).get("role", "single")) for cfg in runs.values()}
+    return PAPER if {"with_clip", "without_clip"} <= roles else SINGLE
+
+
+def figure2_dataset(runs: Mapping[str, Any]) -> str:
+    """Catalog name of the Figure 2 table for ``runs``: ``figure2_<kind>`` (file ``<name>.csv``)."""
+    return f"figure2_{figure2_kind(runs)}"
+
+
+def panel_runs(runs: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(run, role)`` in panel order: without_clip, with_clip, single; config order within."""
+    pairs = [(str(name), str((cfg or {}).get("role", "single"))) for name, cfg in runs.items()]
+    rank = {role: i for i, role in enumerate(ROLE_ORDER)}
+    return sorted(pairs, key=lambda pair: rank.get(pair[1], len(ROLE_ORDER)))
+
+
+def _configured_steps(cfg: Mapping[str, Any] | None) -> list[int]:
+    steps = (cfg or {}).get("steps")
+    if isinstance(steps, int) and not isinstance(steps, bool):
+        return [steps]
+    return sorted(int(s) for s in steps) if isinstance(steps, list | tuple) else []
+
+
+def _fig3_steps_param(reporting: Mapping[str, Any]) -> list[int] | None:
+    """``reporting.fig3.steps`` as a list of steps, or None when unset or empty.
+
+    Raises:
+        ConfigError: not a list of non-negative integers.
+    """
+    steps = (reporting.get("fig3") or {}).get("steps")
+    if steps is None or (isinstance(steps, list | tuple) and not steps):
+        return None
+    if isinstance(steps, int) and not isinstance(steps, bool):
+        steps = [steps]
+    if not isinstance(steps, list | tuple) or any(
+        isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in steps
+    ):
+        raise ConfigError(
+            f"reporting.fig3.steps must be a list of non-negative integer steps, got {steps!r}"
+        )
+    return sorted(set(steps))
+
+
+def _top_n(reporting: Mapping[str, Any]) -> int:
+    top_n = reporting.get("top_n_words", DEFAULT_TOP_N)
+    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
+        raise ConfigError(f"reporting.top_n_words must be a positive integer, got {top_n!r}")
+    return top_n
+
+
+def fallback_fig3_steps(steps: Sequence[int]) -> list[int]:
+    """Figure 3 steps when ``reporting.fig3.steps`` is unset: first, middle and last of
+    ``steps`` (all of them when there are three or fewer)."""
+    ordered = sorted(set(int(s) for s in steps))
+    if len(ordered) <= 3:
+        return ordered
+    return [ordered[0], ordered[(len(ordered) - 1) // 2], ordered[-1]]
+
+
+def sampled_words(mass: pd.DataFrame) -> pd.DataFrame:
+    """Rows of ``token_probability_mass_high_entropy`` that Figure 3 can show: a non-empty word
+    (DESIGN.md §5.3) sampled at least once at a high-entropy position (``count`` > 0; the
+    table also lists words seen only among the top-k alternatives, with count 0)."""
+    words = mass["word"].astype("string")
+    count = pd.to_numeric(mass["count"], errors="coerce").fillna(0)
+    return mass[words.notna() & (words.str.len() > 0) & (count > 0)]
+
+
+def _steps_list(steps: Sequence[int]) -> str:
+    return "[" + ", ".join(str(int(s)) for s in steps) + "]"
+
+
+# ------------------------------------------------------------------ nodes
+
+
+def plan_figures(
+    summary_by_step: pd.DataFrame,
+    token_probability_mass_high_entropy: pd.DataFrame,
+    pass1_for_figures: pd.DataFrame,
+    runs: dict[str, Any],
+    reporting: dict[str, Any],
+) -> dict[str, Any]:
+    """Check the reporting inputs and decide what Figures 2 and 3 show.
+
+    Missing (an error in strict mode, listed all together in one message): the with_clip /
+    without_clip pair, ``reporting.fig3.steps``, word records of a Figure 3 (run, step), any
+    pass@1 of a run, summary rows of a run or of one of its configured steps. Always only
+    listed: single steps without pass@1. Non-strict mode lists everything in ``omissions``
+    (logged as warnings and kept in ``resolved_config``) and draws what exists; without
+    ``fig3.steps`` it uses :func:`fallback_fig3_steps` of the steps that have word records.
+
+    Args:
+        summary_by_step: one row per (run, step) (aggregation).
+        token_probability_mass_high_entropy: one row per (run, step, word) (aggregation).
+        pass1_for_figures: run, step, pass1, pass1_source (metrics).
+        runs: ``params:runs``.
+        reporting: ``params:reporting``.
+
+    Returns:
+        ``figure_plan``: strict, figure2_kind, panels (``[run, role]`` in panel order),
+        fig3_steps, fig3_steps_from (``reporting.fig3.steps`` or ``fallback``), top_n_words,
+        omissions (one sentence each).
+
+    Raises:
+        ConfigError: strict mode and something is missing (one message listing all of it), or
+            a malformed ``reporting.fig3.steps`` / ``reporting.top_n_words``.
+    """
+    strict = bool(reporting.get("strict", False))
+    top_n, fig3_steps = _top_n(reporting), _fig3_steps_param(reporting)
+    panels = panel_runs(runs)
+    kind = figure2_kind(runs)
+    missing = [] if kind == PAPER else [_role_pair_gap(panels)]
+    notes: list[str] = []
+    for run, _ in panels:
+        missing += _summary_gaps(summary_by_step, run, _configured_steps(runs.get(run)))
+        gap, note = _pass1_gaps(pass1_for_figures, summary_by_step, run)
+        missing, notes = missing + gap, notes + note
+
+    mass = sampled_words(token_probability_mass_high_entropy)
+    fig3_from = "reporting.fig3.steps"
+    if fig3_steps is None:
+        fig3_from = "fallback"
+        fig3_steps = fallback_fig3_steps(mass.loc[mass["run"].isin(dict(panels)), "step"].tolist())
+        missing.append(
+            "reporting.fig3.steps is not set (the paper used [20, 80, 200]); "
+            f"Figure 3 uses steps {_steps_list(fig3_steps)} (first, middle, last with records)"
+        )
+    missing += _fig3_gaps(mass, panels, fig3_steps)
+
+    if strict and missing:
+        raise ConfigError(
+            "reporting.strict is true and the figures are incomplete: "
+            + "; ".join(f"({i}) {item}" for i, item in enumerate(missing, 1))
+            + ". Provide what is missing, or set reporting.strict: false to draw what exists"
+        )
+    for item in missing + notes:
+        logger.warning("reporting leaves out: %s", item)
+    return {
+        "strict": strict,
+        "figure2_kind": kind,
+        "panels": [[run, role] for run, role in panels],
+        "fig3_steps": [int(s) for s in fig3_steps],
+        "fig3_steps_from": fig3_from,
+        "top_n_words": top_n,
+        "omissions": missing + notes,
+    }
+
+
+def _role_pair_gap(panels: list[tuple[str, str]]) -> str:
+    present = ", ".join(f"{run}={role}" for run, role in panels) or "none"
+    roles = {role for _, role in panels}
+    absent = [role for role in ("without_clip", "with_clip") if role not in roles]
+    return (
+        f"role pair: no run with role {' or '.join(absent)} (runs: {present}); "
+        "Figure 2 is a single-run diagnostic"
+    )
+
+
+def _fig3_gaps(mass: pd.DataFrame, panels: list[tuple[str, str]], steps: list[int]) -> list[str]:
+    gaps = []
+    for run, _ in panels:
+        have = set(mass.loc[mass["run"] == run, "step"].astype(int))
+        absent = [s for s in steps if s not in have]
+        if absent:
+            gaps.append(
+                f"run {run}: Figure 3 step(s) {_steps_list(absent)} have no high-entropy "
+                "word records in token_probability_mass_high_entropy"
+            )
+    return gaps
+
+
+def _summary_gaps(summary: pd.DataFrame, run: str, configured: list[int]) -> list[str]:
+    have = set(summary.loc[summary["run"] == run, "step"].astype(int))
+    if not have:
+        return [f"run {run}: no rows in summary_by_step"]
+    absent = [s for s in configured if s not in have]
+    if absent:
+        return [
+            f"run {run}: configured step(s) {_steps_list(absent)} have no rows in summary_by_step"
+        ]
+    return []
+
+
+def _pass1_gaps(
+    pass1: pd.DataFrame, summary: pd.DataFrame, run: str
+) -> tuple[list[str], list[str]]:
+    """(missing, notes) about the pass@1 of ``run`` at its summary steps."""
+    steps = sorted(set(summary.loc[summary["run"] == run, "step"].astype(int)))
+    rows = pass1[pass1["run"] == run]
+    source = ", ".join(sorted({str(s) for s in rows["pass1_source"].dropna()})) or "none"
+    values = dict(
+        zip(rows["step"].astype(int), pd.to_numeric(rows["pass1"], errors="coerce"), strict=True)
+    )
+    found = [s for s in steps if s in values and math.isfinite(values[s])]
+    if steps and not found:
+        return [f"run {run}: no pass@1 at any of its steps (figure source: {source})"], []
+    absent = [s for s in steps if s not in found]
+    if absent:
+        return [], [
+            f"run {run}: no pass@1 at step(s) {_steps_list(absent)} (figure source: {source})"
+        ]
+    return [], []
+
+
+def build_figure2_table(
+    summary_by_step: pd.DataFrame, pass1_for_figures: pd.DataFrame, figure_plan: dict[str, Any]
+) -> pd.DataFrame:
+    """The Figure 2 table: per (run, step), the anthropomorphic high-entropy count and pass@1.
+
+    ``anthropomorphic_count`` is ``n_high_entropy_anthropomorphic`` of ``summary_by_step``;
+    ``anthropomorphic_per_1k_high_entropy`` = 1000 × anthropomorphic_count / n_high_entropy
+    (empty when a step has no high-entropy token); ``pass1``/``pass1_source`` are matched on
+    the exact step (empty when the figure source has no value there).
+
+    Args:
+        summary_by_step: one row per (run, step).
+        pass1_for_figures: run, step, pass1, pass1_source.
+        figure_plan: from :func:`plan_figures` (panels and their order).
+
+    Returns:
+        Columns :data:`FIGURE2_COLUMNS`, runs in panel order, steps ascending.
+    """
+    order = {run: i for i, (run, _) in enumerate(figure_plan["panels"])}
+    roles = {run: role for run, role in figure_plan["panels"]}
+    summary = summary_by_step[summary_by_step["run"].isin(order)].astype({"step": "int64"})
+    pass1 = pass1_for_figures[["run", "step", "pass1", "pass1_source"]].astype({"step": "int64"})
+    table = summary.merge(pass1, on=["run", "step"], how="left", validate="one_to_one")
+    count = table["n_high_entropy_anthropomorphic"].astype("int64")
+    n_high = table["n_high_entropy"].astype("int64")
+    table = table.assign(
+        role=table["run"].map(roles),
+        anthropomorphic_count=count,
+        anthropomorphic_per_1k_high_entropy=np.where(
+            n_high > 0, 1000.0 * count / n_high.where(n_high > 0, 1), np.nan
+        ),
+        pass1=pd.to_numeric(table["pass1"], errors="coerce").astype("float64"),
+        _order=table["run"].map(order),
+    )
+    table = table.sort_values(["_order", "step"], kind="stable")
+    return (
+        table[FIGURE2_COLUMNS]
+        .astype({"n_tokens": "int64", "n_high_entropy": "int64"})
+        .reset_index(drop=True)
+    )
+
+
+def rank_words(rows: pd.DataFrame, top_n: int) -> pd.DataFrame:
+    """The ``top_n`` words of one (run, step) by ``sampled_prob_share``, with ``rank`` 1..n.
+
+    Ties are broken by ``count`` (larger first), then by the word (alphabetical), so ranks
+    are reproducible (:data:`RANK_ORDER`).
+    """
+    columns, ascending = zip(*RANK_ORDER, strict=True)
+    ranked = rows.sort_values(list(columns), ascending=list(ascending), kind="stable").head(top_n)
+    return ranked.assign(rank=np.arange(1, len(ranked) + 1, dtype=np.int64))
+
+
+def build_figure3_table(
+    token_probability_mass_high_entropy: pd.DataFrame, figure_plan: dict[str, Any]
+) -> pd.DataFrame:
+    """The Figure 3 table: the top words at high-entropy positions per (run, Figure 3 step).
+
+    The measure is ``sampled_prob_share`` of ``token_probability_mass_high_entropy``: for word
+    w, Σ prob over the step's high-entropy tokens with word w ÷ Σ prob over all its
+    high-entropy tokens with a non-empty word (DESIGN.md §6). ``count_share`` and
+    ``topk_mass_share`` are carried along as diagnostics.
+
+    Args:
+        token_probability_mass_high_entropy: one row per (run, step, word).
+        figure_plan: from :func:`plan_figures` (panels, fig3_steps, top_n_words).
+
+    Returns:
+        Columns :data:`FIGURE3_COLUMNS`; runs in panel order, steps ascending, rank 1..n.
+    """
+    mass = sampled_words(token_probability_mass_high_entropy).astype({"step": "int64"})
+    parts = []
+    for run, role in figure_plan["panels"]:
+        for step in figure_plan["fig3_steps"]:
+            rows = mass[(mass["run"] == run) & (mass["step"] == int(step))]
+            if not rows.empty:
+                parts.append(rank_words(rows, int(figure_plan["top_n_words"])).assign(role=role))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in FIGURE3_COLUMNS})
+    return pd.concat(parts, ignore_index=True)[FIGURE3_COLUMNS]
+
+
+def plot_figure2_png(
+    figure2_table: pd.DataFrame, figure_plan: dict[str, Any], reporting: dict[str, Any]
+) -> Figure:
+    """Draw Figure 2 (:func:`hed.figures.plot_figure2`) at ``reporting.figure2`` size and dpi."""
+    style = reporting.get("figure2") or {}
+    return figures.plot_figure2(
+        figure2_table,
+        [tuple(panel) for panel in figure_plan["panels"]],
+        single_run=figure_plan["figure2_kind"] != PAPER,
+        panel_size=style.get("panel_size", (3.5, 2.8)),
+        dpi=int(style.get("dpi", 200)),
+    )
+
+
+def plot_figure3_png(
+    figure3_table: pd.DataFrame, figure_plan: dict[str, Any], reporting: dict[str, Any]
+) -> Figure:
+    """Draw Figure 3 (:func:`hed.figures.plot_figure3`) at ``reporting.figure3`` size and dpi."""
+    style = reporting.get("figure3") or {}
+    return figures.plot_figure3(
+        figure3_table,
+        [tuple(panel) for panel in figure_plan["panels"]],
+        figure_plan["fig3_steps"],
+        top_n=int(figure_plan["top_n_words"]),
+        panel_size=style.get("panel_size", (2.6, 3.6)),
+        dpi=int(style.get("dpi", 200)),
+    )
+
+
+def build_resolved_config(
+    *,
+    figure_plan: dict[str, Any],
+    checkpoints: dict[str, Any],
+    entropy_thresholds: pd.DataFrame,
+    summary_by_step: pd.DataFrame,
+    token_probability_mass_high_entropy: pd.DataFrame,
+    pass1_for_figures: pd.DataFrame,
+    parameters: dict[str, Any],
+    run_context: dict[str, Any],
+    artifacts: Sequence[str],
+) -> dict[str, Any]:
+    """Everything needed to say what produced the figures, as one JSON document.
+
+    Args:
+        figure_plan: from :func:`plan_figures` (strict, panels, Figure 3 steps, omissions).
+        checkpoints: ``{run: {role, checkpoint_root, steps: {step: {model_dir,
+            config_sha256, weights_index_sha256}}}}`` (generation's ``resolve_checkpoints``).
+        entropy_thresholds: one row per (run, step): the ρ and threshold each step used.
+        summary_by_step, token_probability_mass_high_entropy, pass1_for_figures: the figures'
+            inputs; their rows and (run, steps) coverage are recorded.
+        parameters: every parameter of the environment (Kedro's ``parameters``).
+        run_context: what :class:`hed.provenance.ProvenanceHooks` recorded: env, run_id,
+            project_path, git commit, package versions, the resolved path and load version of
+            each input of this node, the save path of each output of the run.
+        artifacts: names of the reporting outputs (bound when the pipeline is built).
+
+    Returns:
+        ``resolved_config`` (see docs/reporting.md for the keys).
+    """
+    context = run_context or {}
+    recorded = context.get("inputs") or {}
+    inputs = {name: dict(info) for name, info in recorded.items() if name != "figure_plan"}
+    for name, frame in {
+        "summary_by_step": summary_by_step,
+        "token_probability_mass_high_entropy": token_probability_mass_high_entropy,
+        "pass1_for_figures": pass1_for_figures,
+        "entropy_thresholds": entropy_thresholds,
+    }.items():
+        inputs.setdefault(name, {})["coverage"] = _coverage(frame)
+    outputs = context.get("outputs") or {}
+    threshold_columns = [
+        c
+        for c in ("run", "step", "top_entropy_frac", "n_tokens", "n_high_entropy", "threshold")
+        if c in entropy_thresholds
+    ]
+    return _jsonable(
+        {
+            "format": "hed.resolved_config/1",
+            "env": context.get("env"),
+            "run_id": context.get("run_id"),
+            "project_path": context.get("project_path"),
+            "git_commit": context.get("git_commit"),
+            "git_dirty": context.get("git_dirty"),
+            "packages": context.get("packages"),
+            "kedro_run": context.get("kedro_run"),
+            "provenance_recorded": "inputs" in context,
+            "strict": figure_plan["strict"],
+            "omissions": list(figure_plan["omissions"]),
+            "figures": {k: v for k, v in figure_plan.items() if k not in ("strict", "omissions")},
+            "checkpoints": checkpoints,
+            "thresholds": entropy_thresholds[threshold_columns].to_dict(orient="records"),
+            "inputs": inputs,
+            "artifacts": {name: outputs.get(name) for name in artifacts},
+            "parameters": parameters,
+        }
+    )
+
+
+def _coverage(frame: pd.DataFrame) -> dict[str, Any]:
+    """Rows and, per run, the steps a (run, step, ...) table holds."""
+    if not {"run", "step"} <= set(frame.columns):
+        return {"rows": len(frame)}
+    steps = frame[["run", "step"]].drop_duplicates().sort_values(["run", "step"])
+    return {
+        "rows": len(frame),
+        "steps": {
+            str(run): [int(s) for s in group["step"]]
+            for run, group in steps.groupby("run", sort=True)
+        },
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` with numpy/pandas scalars, tuples and NaN turned into plain JSON values."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)

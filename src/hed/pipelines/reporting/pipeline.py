@@ -1,0 +1,109 @@
+"""Reporting pipeline: Figure 2 and Figure 3 (tables and PNGs) and ``resolved_config``."""
+
+from __future__ import annotations
+
+from functools import partial, update_wrapper
+from typing import Any
+
+from kedro.pipeline import Node, Pipeline
+
+from hed.layout import active_params
+from hed.provenance import RUN_CONTEXT
+
+from .nodes import (
+    build_figure2_table,
+    build_figure3_table,
+    build_resolved_config,
+    figure2_dataset,
+    plan_figures,
+    plot_figure2_png,
+    plot_figure3_png,
+)
+
+#: Reporting outputs with a fixed name (the Figure 2 table's name depends on the runs' roles).
+FIXED_OUTPUTS = ("figure3_table", "figure2_png", "figure3_png", "resolved_config")
+
+
+def create_pipeline(params: dict[str, Any] | None = None, **kwargs) -> Pipeline:
+    """Build the reporting pipeline for the runs of ``params`` (default: the active environment).
+
+    The Figure 2 table is written to ``figure2_paper_reproduction`` when ``runs`` holds a
+    with_clip and a without_clip run, else to ``figure2_single_run_diagnostic``
+    (:func:`~hed.pipelines.reporting.nodes.figure2_dataset`); the choice is made here, from
+    the roles, because Kedro fixes a node's outputs when the pipeline is built.
+
+    Nodes (tagged ``reporting``): ``plan_figures`` → ``figure_plan`` (memory);
+    ``build_figure2_table``; ``build_figure3_table`` → ``figure3_table``; ``plot_figure2`` →
+    ``figure2_png``; ``plot_figure3`` → ``figure3_png``; ``build_resolved_config`` →
+    ``resolved_config`` (takes ``run_context``, filled by ``hed.provenance.ProvenanceHooks``).
+
+    Args:
+        params: parameters holding ``runs`` (roles only are read; no checkpoint is touched).
+    """
+    params = active_params() if params is None else params
+    figure2 = figure2_dataset(params.get("runs") or {})
+    tags = ["reporting"]
+    return Pipeline(
+        [
+            Node(
+                func=plan_figures,
+                inputs={
+                    "summary_by_step": "summary_by_step",
+                    "token_probability_mass_high_entropy": "token_probability_mass_high_entropy",
+                    "pass1_for_figures": "pass1_for_figures",
+                    "runs": "params:runs",
+                    "reporting": "params:reporting",
+                },
+                outputs="figure_plan",
+                name="plan_figures",
+                tags=tags,
+            ),
+            Node(
+                func=build_figure2_table,
+                inputs=["summary_by_step", "pass1_for_figures", "figure_plan"],
+                outputs=figure2,
+                name="build_figure2_table",
+                tags=tags,
+            ),
+            Node(
+                func=build_figure3_table,
+                inputs=["token_probability_mass_high_entropy", "figure_plan"],
+                outputs="figure3_table",
+                name="build_figure3_table",
+                tags=tags,
+            ),
+            Node(
+                func=plot_figure2_png,
+                inputs=[figure2, "figure_plan", "params:reporting"],
+                outputs="figure2_png",
+                name="plot_figure2",
+                tags=tags,
+            ),
+            Node(
+                func=plot_figure3_png,
+                inputs=["figure3_table", "figure_plan", "params:reporting"],
+                outputs="figure3_png",
+                name="plot_figure3",
+                tags=tags,
+            ),
+            Node(
+                func=update_wrapper(
+                    partial(build_resolved_config, artifacts=(figure2, *FIXED_OUTPUTS)),
+                    build_resolved_config,
+                ),
+                inputs={
+                    "figure_plan": "figure_plan",
+                    "checkpoints": "checkpoints",
+                    "entropy_thresholds": "entropy_thresholds",
+                    "summary_by_step": "summary_by_step",
+                    "token_probability_mass_high_entropy": "token_probability_mass_high_entropy",
+                    "pass1_for_figures": "pass1_for_figures",
+                    "parameters": "parameters",
+                    "run_context": RUN_CONTEXT,
+                },
+                outputs="resolved_config",
+                name="build_resolved_config",
+                tags=tags,
+            ),
+        ]
+    )

@@ -138,7 +138,13 @@ def generate_shard(
     """
     import torch
 
-    from hed.recording import PromptInput, generate_sequences, load_model_and_tokenizer, resolve_dtype
+    from hed.recording import (
+        PromptInput,
+        checkpoint_eos_token_ids,
+        generate_sequences,
+        load_model_and_tokenizer,
+        resolve_dtype,
+    )
 
     entry = checkpoints.get(run, {}).get("steps", {}).get(str(step))
     if entry is None:
@@ -149,9 +155,9 @@ def generate_shard(
         torch.set_num_threads(int(params["torch_threads"]))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = resolve_dtype(params.get("dtype", "auto"), device)
-    model, tokenizer = load_model_and_tokenizer(entry["model_dir"], dtype=dtype, device=device)
     sampling = sampling_params_from(params)
-    eos_ids = eos_token_ids(model, tokenizer)
+    model, tokenizer = load_model_and_tokenizer(entry["model_dir"], dtype=params.get("dtype", "auto"), device=device)
+    eos_ids = checkpoint_eos_token_ids(model, tokenizer)
     inputs = [
         PromptInput(prompt_index=int(row.prompt_index), prompt_id=row.prompt_id, text=render_prompt(tokenizer, row.prompt, prompt_params))
         for row in mine.itertuples()
@@ -196,47 +202,26 @@ def sampling_params_from(params: dict[str, Any]):
     """Build :class:`hed.recording.SamplingParams` from ``params:generation``, validated.
 
     Raises:
-        ConfigError: a value out of range (temperature ≤ 0, top_p outside (0, 1], top_k < 1,
-            max_new_tokens < 1, batch_size < 1, top_prob_k < 1).
+        ConfigError: a missing or out-of-range value (temperature ≤ 0, top_p outside (0, 1],
+            top_k < 1, max_new_tokens, batch_size, top_prob_k or samples_per_prompt < 1).
     """
     from hed.recording import SamplingParams
 
-    temperature = float(params.get("temperature", 1.0))
-    top_p = float(params.get("top_p", 1.0))
-    top_k = params.get("top_k")
-    checks = {
-        "temperature": temperature > 0,
-        "top_p": 0 < top_p <= 1,
-        "top_k": top_k is None or (isinstance(top_k, int) and top_k >= 1),
-        "max_new_tokens": int(params.get("max_new_tokens", 0)) >= 1,
-        "batch_size": int(params.get("batch_size", 0)) >= 1,
-        "top_prob_k": int(params.get("top_prob_k", 0)) >= 1,
-        "samples_per_prompt": int(params.get("samples_per_prompt", 0)) >= 1,
-    }
-    for name, ok in checks.items():
-        if not ok:
-            raise ConfigError(f"generation.{name} = {params.get(name)!r} is out of range")
-    return SamplingParams(
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        max_new_tokens=int(params["max_new_tokens"]),
-        top_prob_k=int(params["top_prob_k"]),
-        seed=int(params.get("seed", 0)),
-        batch_size=int(params["batch_size"]),
-    )
-
-
-def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Every EOS id of the checkpoint's generation config (a list there), else the tokenizer's."""
-    eos = getattr(model.generation_config, "eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    ids = eos if isinstance(eos, list) else [eos]
-    ids = [int(i) for i in ids if i is not None]
-    if not ids:
-        raise ConfigError("the checkpoint's generation_config and tokenizer define no eos_token_id")
-    return ids
+    samples = params.get("samples_per_prompt")
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ConfigError(f"generation.samples_per_prompt must be a positive integer, got {samples!r}")
+    try:
+        return SamplingParams(
+            temperature=float(params.get("temperature", 1.0)),
+            top_p=float(params.get("top_p", 1.0)),
+            top_k=params.get("top_k"),
+            max_new_tokens=int(params["max_new_tokens"]),
+            top_prob_k=int(params.get("top_prob_k", 5)),
+            seed=int(params.get("seed", 0)),
+            batch_size=int(params.get("batch_size", 8)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"generation parameters: {exc!s} (see conf/base/parameters_generation.yml)") from None
 
 
 def records_table(sequences: list[Any], *, run: str, step: int, shard: int, special_ids: np.ndarray) -> pa.Table:

@@ -18,6 +18,19 @@ from hed.errors import InputDataError
 NEG_INF = float("-inf")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Run this module's tensors on one intra-op thread.
+
+    They are small: a second thread buys nothing, and on a shared CPU OpenMP's spin-waiting
+    made this module several times slower (measured: 111 s instead of 16 s at load 4 on 2 cores).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def reference_log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """log softmax(z / T) in float64."""
     return torch.log_softmax(logits.double() / temperature, dim=-1)

@@ -1,8 +1,5 @@
-"""aggregation pipeline (to be built)."""
+"""Aggregation pipeline: merged step records, exact top-ρ thresholds, words, categories, tables."""
 
-from kedro.pipeline import Pipeline
+from .pipeline import create_pipeline
 
-
-def create_pipeline(**kwargs) -> Pipeline:
-    """Empty until its issue lands."""
-    return Pipeline([])
+__all__ = ["create_pipeline"]

@@ -26,12 +26,9 @@ from .conftest import REPO_ROOT
 pytestmark = pytest.mark.slow
 
 RUN = "smollm2_demo"
-RUNTIME_PARAMS = {
-    "prompts.num_prompts": 6,
-    "generation.max_new_tokens": 40,
-    "generation.samples_per_prompt": 2,
-    "generation.num_shards": 2,
-    "generation.batch_size": 6,
+RUNTIME_PARAMS = {  # nested, as `kedro run --params "prompts.num_prompts=6,..."` produces
+    "prompts": {"num_prompts": 6},
+    "generation": {"max_new_tokens": 40, "samples_per_prompt": 2, "num_shards": 2, "batch_size": 6},
 }
 
 

@@ -232,6 +232,8 @@ class _Context:
         return self
 
     def __getitem__(self, key):
+        if key == "parameters":
+            return self.params
         assert key == "credentials"
         if self._credentials is None:
             raise MissingConfigException("no credentials")

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -78,31 +79,40 @@ def write_parquet_atomically(
     writer = None
     n_rows = 0
     try:
-        for chunk in chunks:
+        for chunk in chunks:  # errors of the producer propagate as they are
             table = _to_table(chunk, schema)
-            if writer is None:
-                # keep key-value metadata of the first chunk (e.g. generation parameters)
-                schema = (schema or table.schema).with_metadata(table.schema.metadata)
-                table = table.replace_schema_metadata(schema.metadata)
-                writer = pq.ParquetWriter(tmp_name, schema, **writer_args)
-            writer.write_table(table.replace_schema_metadata(schema.metadata))
+            with _as_write_error(path):
+                if writer is None:
+                    # keep key-value metadata of the first chunk (e.g. generation parameters)
+                    schema = (schema or table.schema).with_metadata(table.schema.metadata)
+                    writer = pq.ParquetWriter(tmp_name, schema, **writer_args)
+                writer.write_table(table.replace_schema_metadata(schema.metadata))
             n_rows += table.num_rows
-        if writer is None:  # an empty stream still gives a valid (empty) file
-            if schema is None:
-                raise DatasetError(f"{path}: nothing to write and no schema given")
-            writer = pq.ParquetWriter(tmp_name, schema, **writer_args)
-        writer.close()
-        writer = None
-        with open(tmp_name, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except OSError as exc:
-        _discard(writer, tmp_name)
-        raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}; free disk space or fix the folder's permissions") from None
+        with _as_write_error(path):
+            if writer is None:  # an empty stream still gives a valid (empty) file
+                if schema is None:
+                    raise DatasetError(f"{path}: nothing to write and no schema given")
+                writer = pq.ParquetWriter(tmp_name, schema, **writer_args)
+            writer.close()
+            writer = None
+            with open(tmp_name, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(tmp_name, path)
     except BaseException:
         _discard(writer, tmp_name)
         raise
     return n_rows
+
+
+@contextmanager
+def _as_write_error(path: Path) -> Iterator[None]:
+    """Turn an OSError of the writer (disk full, permissions) into a one-line OutputWriteError."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputWriteError(
+            f"cannot write {path}: {exc.strerror or exc}; free disk space or fix the folder's permissions"
+        ) from None
 
 
 def _discard(writer: pq.ParquetWriter | None, tmp_name: str) -> None:

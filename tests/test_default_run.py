@@ -38,6 +38,9 @@ def copy_project(dest: Path, smollm2_dir: Path) -> Path:
     (dest / "data" / "01_raw" / "prompts").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "data/01_raw/prompts/demo_math.jsonl", dest / "data/01_raw/prompts/")
     shutil.copy(REPO_ROOT / "pyproject.toml", dest / "pyproject.toml")
+    shutil.copy(REPO_ROOT / ".telemetry", dest / ".telemetry")
+    # Kedro's CLI and IPython extension need the source folder inside the project
+    shutil.copytree(REPO_ROOT / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     step_dir = dest / "data/01_raw/checkpoints" / RUN / "global_step_0"
     step_dir.mkdir(parents=True)
     (step_dir / "actor_hf").symlink_to(smollm2_dir, target_is_directory=True)
@@ -216,6 +219,8 @@ def test_kedro_viz_build_shows_the_lineage(default_project):
                 todo.extend(children.get(here, ()))
         return False
 
-    for dataset in chain[:-2]:
-        assert reaches(dataset, "figure2_png"), f"{dataset} does not lead to figure2_png"
-    assert reaches("prompts", "figure3_png")
+    # prompts reaches every dataset of the chain; shard records and pass@1 lead to both figures
+    for dataset in chain[1:]:
+        assert reaches("prompts", dataset), f"prompts does not lead to {dataset}"
+    for dataset in ("prompts", f"{RUN}.step_0.shard_0.token_records", "pass1"):
+        assert reaches(dataset, "figure2_png") and reaches(dataset, "figure3_png"), dataset

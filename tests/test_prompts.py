@@ -98,3 +98,22 @@ def test_chat_template_applied_and_switchable(tokenizer):
     assert plain == "What is 2+2?"
     with_system = render_prompt(tokenizer, "Q", {"apply_chat_template": True, "system_prompt": "Be brief."})
     assert "Be brief." in with_system
+
+
+def test_grading_ignores_the_eos_text():
+    import numpy as np
+
+    from hed.pipelines.generation.nodes import sequences_table
+    from hed.recording import GeneratedSequence
+
+    seq = GeneratedSequence(
+        prompt_index=0, prompt_id="p", sample_index=0,
+        token_ids=np.array([10, 11, 2], np.int32), entropy=np.zeros(3, np.float32),
+        logprob=np.zeros(3, np.float32), topk_token_ids=np.zeros((3, 1), np.int32),
+        topk_probs=np.ones((3, 1), np.float32), token_texts=["The answer is ", "36", "<|im_end|>"],
+        response_text="The answer is 36<|im_end|>", finish_reason="eos",
+    )
+    table = sequences_table([seq], {0: "36"}, {0: "p"}, run="r", step=0, shard=0, special_ids=np.array([2]))
+    row = table.to_pylist()[0]
+    assert row["response_text"].endswith("<|im_end|>")
+    assert row["extracted_answer"] == "36" and row["correct"] is True

@@ -191,7 +191,7 @@ def generate_shard(
         ).encode()
     }
     records = records_table(sequences, run=run, step=step, shard=shard, special_ids=special_ids)
-    seqs = sequences_table(sequences, answers, ids_of, run=run, step=step, shard=shard)
+    seqs = sequences_table(sequences, answers, ids_of, run=run, step=step, shard=shard, special_ids=special_ids)
     return {
         "token_records": records.replace_schema_metadata(metadata),
         "sequences": seqs.replace_schema_metadata(metadata),
@@ -259,13 +259,26 @@ def records_table(sequences: list[Any], *, run: str, step: int, shard: int, spec
 
 
 def sequences_table(
-    sequences: list[Any], answers: dict[int, Any], prompt_ids: dict[int, str], *, run: str, step: int, shard: int
+    sequences: list[Any],
+    answers: dict[int, Any],
+    prompt_ids: dict[int, str],
+    *,
+    run: str,
+    step: int,
+    shard: int,
+    special_ids: np.ndarray,
 ) -> pa.Table:
-    """One row per response (SEQUENCE_SCHEMA), graded with math-verify where an answer exists."""
+    """One row per response (SEQUENCE_SCHEMA), graded with math-verify where an answer exists.
+
+    ``response_text`` keeps special tokens (it is the exact decode); grading reads the text
+    without them, so an EOS such as ``<|im_end|>`` never sticks to the final answer.
+    """
     rows = []
     for seq in sorted(sequences, key=lambda s: (s.prompt_index, s.sample_index)):
         answer = answers.get(seq.prompt_index)
-        grade = grade_response(seq.response_text, None if pd.isna(answer) else str(answer))
+        special = np.isin(seq.token_ids, special_ids)
+        plain = "".join(t for t, is_special in zip(seq.token_texts, special, strict=True) if not is_special)
+        grade = grade_response(plain, None if pd.isna(answer) else str(answer))
         rows.append(
             {
                 "run": run,

@@ -155,3 +155,23 @@ def active_params() -> dict[str, Any]:
         env=os.environ.get("KEDRO_ENV"),
     )
     return loader["parameters"]
+
+
+#: The dataset that says mini_rl's training is done (``conf/mini_dapo``); nodes that read the
+#: checkpoints or W&B runs it writes take it as an input.
+TRAINING_MANIFEST = "mini_rl_manifest"
+
+
+def training_inputs(params: dict[str, Any] | None = None) -> dict[str, str]:
+    """Extra node inputs that make a node wait for mini_rl's training, where there is one.
+
+    Args:
+        params: the environment's parameters (default: :func:`active_params`).
+
+    Returns:
+        ``{"training_manifest": "mini_rl_manifest"}`` when the parameters have a ``mini_rl``
+        section, else ``{}``. The generation pipeline's ``resolve_checkpoints`` and the metrics
+        pipeline's ``fetch_wandb_history`` read what the training writes, so they take it.
+    """
+    params = active_params() if params is None else params
+    return {"training_manifest": TRAINING_MANIFEST} if params.get("mini_rl") else {}

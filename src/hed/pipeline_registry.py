@@ -9,12 +9,13 @@ def register_pipelines() -> dict[str, Pipeline]:
 
     The generation and aggregation pipelines have one node per (run, step[, shard]) of the
     active configuration environment (see :mod:`hed.layout`); ``__default__`` is the whole
-    chain generation → aggregation → metrics → reporting.
+    chain generation → aggregation → metrics → reporting, preceded by ``mini_rl`` (training)
+    in environments that have one (``conf/mini_dapo``; empty elsewhere).
 
     Returns:
         A mapping from pipeline names to ``Pipeline`` objects.
     """
     pipelines = find_pipelines(raise_errors=True)
-    chain = ["generation", "aggregation", "metrics", "reporting"]
+    chain = ["mini_rl", "generation", "aggregation", "metrics", "reporting"]
     pipelines["__default__"] = sum((pipelines[name] for name in chain if name in pipelines), Pipeline([]))
     return pipelines

@@ -72,7 +72,9 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
     )[PROMPT_COLUMNS]
 
 
-def resolve_checkpoints(runs: dict[str, Any], generation: dict[str, Any]) -> dict[str, Any]:
+def resolve_checkpoints(
+    runs: dict[str, Any], generation: dict[str, Any], training_manifest: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Find and validate the model folder of every selected (run, step), before any generation.
 
     Runs marked ``embedded: true`` get the embedded SmolLM2 materialised first
@@ -81,6 +83,8 @@ def resolve_checkpoints(runs: dict[str, Any], generation: dict[str, Any]) -> dic
     Args:
         runs: ``params:runs``.
         generation: ``params:generation`` (for ``num_shards``).
+        training_manifest: ``mini_rl_manifest`` in the ``mini_dapo`` environment; unused, it
+            only orders this node after the training that writes the checkpoints.
 
     Returns:
         ``checkpoints``: ``{run: {"role", "checkpoint_root", "steps": {"<step>": fingerprint}}}``

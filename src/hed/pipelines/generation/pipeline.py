@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from functools import partial, update_wrapper
+from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.layout import StudyLayout, active_layout
+from hed.layout import StudyLayout, active_layout, training_inputs
 
 from .nodes import build_prompt_set, generate_shard, resolve_checkpoints
 
@@ -16,14 +17,23 @@ def shard_namespace(run: str, step: int, shard: int) -> str:
     return f"{run}.step_{step}.shard_{shard}"
 
 
-def create_pipeline(layout: StudyLayout | None = None, **kwargs) -> Pipeline:
+def create_pipeline(
+    layout: StudyLayout | None = None, params: dict[str, Any] | None = None, **kwargs
+) -> Pipeline:
     """Build the generation pipeline for ``layout`` (default: the active environment's).
 
     Nodes: ``build_prompt_set`` (raw_prompts → prompts), ``resolve_checkpoints`` (→ checkpoints)
     and, for every (run, step, shard), ``<run>.step_<step>.shard_<k>.generate_shard`` tagged
     ``gpu`` writing ``<run>.step_<step>.shard_<k>.token_records`` and ``.sequences``.
+    In an environment with ``mini_rl`` parameters, ``resolve_checkpoints`` also takes
+    ``mini_rl_manifest`` so it runs after the training that writes the checkpoints.
+
+    Args:
+        layout: runs, steps and shard count (default: the active environment's).
+        params: parameters checked for a ``mini_rl`` section (default: the active environment's).
     """
     layout = layout or active_layout()
+    extra_inputs = training_inputs(params)
     shard_nodes = [
         Node(
             func=update_wrapper(partial(generate_shard, run=run.name, step=step, shard=shard), generate_shard),
@@ -49,7 +59,7 @@ def create_pipeline(layout: StudyLayout | None = None, **kwargs) -> Pipeline:
             Node(func=build_prompt_set, inputs=["raw_prompts", "params:prompts"], outputs="prompts", name="build_prompt_set"),
             Node(
                 func=resolve_checkpoints,
-                inputs=["params:runs", "params:generation"],
+                inputs={"runs": "params:runs", "generation": "params:generation", **extra_inputs},
                 outputs="checkpoints",
                 name="resolve_checkpoints",
             ),

@@ -30,11 +30,15 @@ from hed.pass1_sources import (
 logger = logging.getLogger(__name__)
 
 
-def fetch_wandb_history(metrics_params: dict[str, Any], *, run: str) -> pd.DataFrame:
+def fetch_wandb_history(
+    metrics_params: dict[str, Any], training_manifest: dict[str, Any] | None = None, *, run: str
+) -> pd.DataFrame:
     """Fetch the pass@1 history of ``run`` from its ``wandb`` or ``wandb_offline`` source.
 
     Args:
         metrics_params: ``params:metrics``.
+        training_manifest: ``mini_rl_manifest`` in the ``mini_dapo`` environment; unused, it
+            only orders this node after the training that writes the offline W&B runs.
         run: run name (bound when the pipeline is built).
 
     Returns:

@@ -8,7 +8,7 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.layout import StudyLayout, active_layout, active_params
+from hed.layout import StudyLayout, active_layout, active_params, training_inputs
 from hed.pass1_sources import RunPass1Config, parse_run_config
 
 from .nodes import (
@@ -26,7 +26,7 @@ def _bind(func, **kwargs):
     return update_wrapper(partial(func, **kwargs), func)
 
 
-def _run_nodes(config: RunPass1Config, steps: list[int]) -> list[Node]:
+def _run_nodes(config: RunPass1Config, steps: list[int], extra_inputs: dict[str, str]) -> list[Node]:
     """The nodes of one run, namespaced ``<run>.``."""
     run = config.run
     tags = ["metrics", f"run_{run}"]
@@ -36,7 +36,7 @@ def _run_nodes(config: RunPass1Config, steps: list[int]) -> list[Node]:
         nodes.append(
             Node(
                 func=_bind(fetch_wandb_history, run=run),
-                inputs={"metrics_params": "params:metrics"},
+                inputs={"metrics_params": "params:metrics", **extra_inputs},
                 outputs=f"{run}.metrics_export",
                 name="fetch_wandb_history",
                 namespace=run,
@@ -80,7 +80,9 @@ def create_pipeline(
     ``wandb``) → ``<run>.metrics_export``; ``read_csv_pass1`` (csv source) →
     ``<run>.csv_pass1``; ``collect_run_pass1`` (+ ``summary_by_step`` for the generated
     source) → ``<run>.pass1_by_source``. Then ``combine_pass1`` → ``pass1`` and
-    ``select_pass1_for_figures`` → ``pass1_for_figures``.
+    ``select_pass1_for_figures`` → ``pass1_for_figures``. With ``mini_rl`` parameters,
+    ``fetch_wandb_history`` also takes ``mini_rl_manifest``: it reads the offline W&B runs the
+    training writes.
 
     Args:
         layout: runs and their checkpoint steps.
@@ -90,7 +92,9 @@ def create_pipeline(
         ConfigError: a malformed ``metrics`` section (unknown source, missing option...).
     """
     layout = layout or active_layout()
-    metrics_params = (active_params() if params is None else params).get("metrics") or {}
+    params = active_params() if params is None else params
+    metrics_params = params.get("metrics") or {}
+    extra_inputs = training_inputs(params)
     run_names = [run.name for run in layout.runs]
     unknown = sorted(set(metrics_params.get("runs") or {}) - set(run_names))
     if unknown:
@@ -98,7 +102,9 @@ def create_pipeline(
     checkpoint_steps = {run.name: list(run.steps) for run in layout.runs}
     nodes = []
     for run in layout.runs:
-        nodes += _run_nodes(parse_run_config(metrics_params, run.name), checkpoint_steps[run.name])
+        nodes += _run_nodes(
+            parse_run_config(metrics_params, run.name), checkpoint_steps[run.name], extra_inputs
+        )
     return Pipeline(
         [
             *nodes,

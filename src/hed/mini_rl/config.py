@@ -1,0 +1,280 @@
+"""The ``mini_rl`` parameters: one training specification per run, its checkpoint schedule and hash.
+
+``conf/mini_dapo/parameters_mini_rl.yml`` holds ``mini_rl`` (docs/mini_dapo.md)::
+
+    mini_rl:
+      base_model: {embedded: true, model_dir: ...}   # or {embedded: false, model_dir: <HF folder>}
+      wandb: {dir: data/01_raw/wandb, project: hed-mini-dapo}
+      task: {kinds: [...], num_train: 256, num_validation: 32, seed: 0}
+      validation: {metric_key: ..., max_new_tokens: 32, batch_size: 16}
+      training: {save_every: 8, max_steps: 24, <GRPOConfig fields>}
+      torch_threads: null
+      runs: {<run>: {<GRPOConfig fields that differ>}}
+
+A run's checkpoint root is ``runs.<run>.checkpoint_root`` (parameters.yml), so the folder the
+training writes is the folder the generation pipeline reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hed.errors import ConfigError
+from hed.mini_rl.reward import grader
+
+#: Bumped when the layout of what a training run writes changes (forces a retrain).
+FORMAT_VERSION = 1
+
+#: Keys of ``mini_rl.training`` that are HED's, not GRPOConfig's.
+SCHEDULE_KEYS = ("save_every",)
+
+#: GRPOConfig / TrainingArguments fields HED sets itself (a run cannot override them).
+FIXED_TRAINER_ARGS: dict[str, Any] = {
+    "save_strategy": "no",  # checkpoints are written by HED as global_step_<N>/actor_hf
+    "report_to": ["wandb"],
+    "use_cpu": True,
+    "logging_steps": 1,
+    "log_completions": False,
+    "dataloader_num_workers": 0,
+    "disable_tqdm": True,
+    "remove_unused_columns": False,
+    "push_to_hub": False,
+}
+
+#: Prompt-rendering keys of ``params:prompts`` that change what the policy is trained on.
+PROMPT_KEYS = ("apply_chat_template", "enable_thinking", "system_prompt", "instruction_suffix")
+
+DEFAULT_METRIC_KEY = "val-core/mini_arith/acc/mean@1"
+#: The trainer's own step key (transformers' WandbCallback logs every row with it).
+STEP_KEY = "train/global_step"
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    """Everything one mini-RL run needs, resolved from the parameters.
+
+    Attributes:
+        run: run name (a key of ``runs`` and of ``mini_rl.runs``).
+        checkpoint_root: where ``global_step_<N>/actor_hf`` folders go.
+        wandb_dir: the run's W&B folder root; the offline run lands in
+            ``<wandb_dir>/wandb/offline-run-*``.
+        wandb_project: W&B project name written into the offline run.
+        base_model_dir: HuggingFace folder of the initial policy.
+        embedded: materialise the embedded SmolLM2 into ``base_model_dir`` when missing.
+        trainer_args: GRPOConfig keyword arguments (shared ``training`` merged with the run's
+            overrides, HED's fixed ones applied; ``output_dir`` and ``run_name`` excluded).
+        save_steps: checkpoint steps, ascending, starting at 0 and ending at ``max_steps``.
+        metric_key: W&B key of held-out pass@1.
+        validation_max_new_tokens: greedy validation length limit.
+        validation_batch_size: validation prompts per ``generate`` call.
+        torch_threads: CPU threads for training (None: the cores other processes leave free,
+            re-measured before every step; :mod:`hed.mini_rl.cpu`).
+        prompt_params: the rendering keys of ``params:prompts`` (:data:`PROMPT_KEYS`).
+        task: ``mini_rl.task`` as given.
+        reward: grader of the reward and the validation (:data:`hed.mini_rl.reward.GRADERS`).
+    """
+
+    run: str
+    checkpoint_root: str
+    wandb_dir: str
+    wandb_project: str
+    base_model_dir: str
+    embedded: bool
+    trainer_args: Mapping[str, Any]
+    save_steps: tuple[int, ...]
+    metric_key: str
+    validation_max_new_tokens: int
+    validation_batch_size: int
+    torch_threads: int | None
+    prompt_params: Mapping[str, Any]
+    task: Mapping[str, Any]
+    reward: str = "integer_match"
+
+    @property
+    def max_steps(self) -> int:
+        """The last optimizer step."""
+        return int(self.trainer_args["max_steps"])
+
+    def fingerprint(self, data_hash: str, base_model_id: str) -> str:
+        """sha256 of what determines the trained weights and the logged metrics.
+
+        Args:
+            data_hash: content hash of the training and validation sets
+                (:func:`frame_hash`).
+            base_model_id: identity of the initial weights (:func:`model_identity`).
+
+        Where the run writes (``checkpoint_root``, ``wandb_dir``) and ``torch_threads`` are
+        left out: moving a run or changing the thread count does not retrain it.
+        """
+        payload = {
+            "format": FORMAT_VERSION,
+            "trainer_args": dict(self.trainer_args),
+            "save_steps": list(self.save_steps),
+            "metric_key": self.metric_key,
+            "validation": [self.validation_max_new_tokens, self.validation_batch_size],
+            "prompt_params": dict(self.prompt_params),
+            "task": dict(self.task),
+            "reward": self.reward,
+            "wandb_project": self.wandb_project,
+            "data": data_hash,
+            "base_model": base_model_id,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def checkpoint_schedule(max_steps: int, save_every: int) -> tuple[int, ...]:
+    """Steps that get a checkpoint: 0 (the base model), every ``save_every`` steps, and the last.
+
+    >>> checkpoint_schedule(24, 8)
+    (0, 8, 16, 24)
+    >>> checkpoint_schedule(10, 4)
+    (0, 4, 8, 10)
+
+    Raises:
+        ConfigError: ``max_steps`` or ``save_every`` is not a positive integer.
+    """
+    for name, value in (("max_steps", max_steps), ("save_every", save_every)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"mini_rl.training.{name} must be a positive integer, got {value!r}")
+    return tuple(sorted({*range(0, max_steps + 1, save_every), max_steps}))
+
+
+def _grpo_fields() -> set[str]:
+    from trl import GRPOConfig  # noqa: PLC0415 - trl is heavy and only needed to train
+
+    return {f.name for f in dataclasses.fields(GRPOConfig)}
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a mapping, got {value!r}")
+    return dict(value)
+
+
+def training_specs(
+    mini_rl: Mapping[str, Any],
+    runs: Mapping[str, Any],
+    prompt_params: Mapping[str, Any] | None = None,
+    *,
+    check_trainer_args: bool = True,
+) -> list[TrainingSpec]:
+    """Resolve ``mini_rl`` into one :class:`TrainingSpec` per run of ``mini_rl.runs``, in order.
+
+    Args:
+        mini_rl: ``params:mini_rl``.
+        runs: ``params:runs`` (role, checkpoint_root, steps of every analysed run).
+        prompt_params: ``params:prompts`` (the same prompt rendering as the analysis).
+        check_trainer_args: check the GRPOConfig field names (imports trl).
+
+    Raises:
+        ConfigError: a run of ``mini_rl.runs`` missing from ``runs``; an unknown GRPOConfig
+            field; a run overriding a field HED fixes; a bad schedule; or a step listed in
+            ``runs.<run>.steps`` that the schedule does not write.
+    """
+    train_runs = _mapping(mini_rl.get("runs"), "mini_rl.runs")
+    if not train_runs:
+        raise ConfigError("mini_rl.runs is empty: name the runs to train (keys of `runs`)")
+    training = _mapping(mini_rl.get("training"), "mini_rl.training")
+    base = _mapping(mini_rl.get("base_model"), "mini_rl.base_model")
+    wandb_cfg = _mapping(mini_rl.get("wandb"), "mini_rl.wandb")
+    validation = _mapping(mini_rl.get("validation"), "mini_rl.validation")
+    if not base.get("model_dir"):
+        raise ConfigError(
+            "mini_rl.base_model.model_dir is missing: the initial policy's HuggingFace folder"
+        )
+    prompt = {key: (prompt_params or {}).get(key) for key in PROMPT_KEYS}
+    known = _grpo_fields() if check_trainer_args else None
+    threads = mini_rl.get("torch_threads")
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
+        raise ConfigError(
+            f"mini_rl.torch_threads must be a positive integer or null, got {threads!r}"
+        )
+
+    reward = str(mini_rl.get("reward") or "integer_match")
+    grader(reward)  # an unknown name fails here, before any training
+
+    specs = []
+    for name, raw_overrides in train_runs.items():
+        where = f"mini_rl.runs.{name}"
+        if name not in runs:
+            raise ConfigError(
+                f"{where}: no run {name!r} in `runs` (parameters.yml); "
+                "add it there with its checkpoint_root"
+            )
+        merged = {**training, **_mapping(raw_overrides, where)}
+        save_every = merged.pop("save_every", None)
+        fixed = sorted(set(merged) & ({*FIXED_TRAINER_ARGS, "output_dir", "run_name"}))
+        if fixed:
+            raise ConfigError(
+                f"{where} / mini_rl.training set {', '.join(fixed)}: "
+                "HED sets these itself; remove them"
+            )
+        if known is not None:
+            unknown = sorted(set(merged) - known)
+            if unknown:
+                raise ConfigError(
+                    f"{where} / mini_rl.training: unknown GRPOConfig field(s) "
+                    f"{', '.join(unknown)} (use trl GRPOConfig / transformers TrainingArguments "
+                    "names, e.g. epsilon_high, num_iterations)"
+                )
+        schedule = checkpoint_schedule(merged.get("max_steps"), save_every)
+        steps = runs[name].get("steps") if isinstance(runs[name], Mapping) else None
+        if isinstance(steps, list | tuple):
+            unwritten = sorted(set(steps) - set(schedule))
+            if unwritten:
+                raise ConfigError(
+                    f"runs.{name}.steps lists {unwritten} but mini_rl writes checkpoints only "
+                    f"at steps {list(schedule)} (max_steps {merged['max_steps']}, "
+                    f"save_every {save_every})"
+                )
+        specs.append(
+            TrainingSpec(
+                run=str(name),
+                checkpoint_root=str(runs[name]["checkpoint_root"]),
+                wandb_dir=str(Path(wandb_cfg.get("dir", "data/01_raw/wandb")) / str(name)),
+                wandb_project=str(wandb_cfg.get("project", "hed-mini-rl")),
+                base_model_dir=str(base["model_dir"]),
+                embedded=bool(base.get("embedded", False)),
+                trainer_args={**merged, **FIXED_TRAINER_ARGS},
+                save_steps=schedule,
+                metric_key=str(validation.get("metric_key") or DEFAULT_METRIC_KEY),
+                validation_max_new_tokens=int(validation.get("max_new_tokens", 32)),
+                validation_batch_size=int(validation.get("batch_size", 16)),
+                torch_threads=threads,
+                prompt_params=prompt,
+                task=_mapping(mini_rl.get("task"), "mini_rl.task"),
+                reward=reward,
+            )
+        )
+    return specs
+
+
+def frame_hash(*frames: Any) -> str:
+    """sha256 of the ``problem`` and ``answer`` columns of task-set frames, in order."""
+    digest = hashlib.sha256()
+    for frame in frames:
+        for problem, answer in zip(frame["problem"], frame["answer"], strict=True):
+            digest.update(f"{problem}\x1f{answer}\x1e".encode())
+        digest.update(b"\x1d")
+    return digest.hexdigest()
+
+
+def model_identity(model_dir: str | os.PathLike) -> str:
+    """sha256 of a model folder's config.json and its weight files' names and sizes."""
+    model_dir = Path(model_dir)
+    listing = sorted((f.name, f.stat().st_size) for f in model_dir.glob("*.safetensors"))
+    config = (
+        (model_dir / "config.json").read_bytes() if (model_dir / "config.json").is_file() else b""
+    )
+    return hashlib.sha256(config + json.dumps(listing).encode()).hexdigest()

@@ -1,0 +1,39 @@
+"""``TaskSetDataset``: a mini-RL task set as a JSON Lines file that HED's prompt reader also reads.
+
+The held-out validation set of the ``mini_dapo`` environment is ``raw_prompts``, the prompt
+file of the generation pipeline, so HED analyses the checkpoints on exactly the problems the
+training validated on. :class:`hed.datasets.PromptFileDataset` is read-only (users' prompt
+files are inputs); this subclass adds ``save`` for the files the ``mini_rl`` pipeline writes.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from hed.datasets import PromptFileDataset
+from hed.mini_rl.tasks import TASK_COLUMNS
+
+
+class TaskSetDataset(PromptFileDataset):
+    """JSON Lines task set (``problem_index, problem, answer, kind``); loads like a prompt file.
+
+    ``load`` returns the rows plus ``source_file`` (see :class:`PromptFileDataset`); ``save``
+    writes the task columns atomically (temporary file, then rename).
+    """
+
+    def save(self, data: pd.DataFrame) -> None:  # type: ignore[override]
+        path = Path(self._filepath)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.close(fd)
+        try:
+            data[TASK_COLUMNS].to_json(tmp, orient="records", lines=True, force_ascii=False)
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

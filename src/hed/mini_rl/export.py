@@ -1,0 +1,93 @@
+"""Checkpoint export in the verl-like layout HED reads: ``<root>/global_step_<N>/actor_hf``.
+
+TRL would write ``<output_dir>/checkpoint-<N>`` with optimizer, scheduler and RNG state; the
+mini experiment keeps TRL's own saving off (``save_strategy="no"``) and writes, at each
+scheduled step, only what an analysis needs: the weights in bfloat16 (a 135M model: 270 MB),
+``config.json``, the tokenizer and a ``generation_config.json`` whose ``eos_token_id`` lists
+every EOS id. A folder appears under its final name only once complete (temporary sibling,
+then rename), so a killed training run never leaves an ``actor_hf`` that looks finished.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+MODEL_SUBDIR = "actor_hf"
+
+
+def step_dir(checkpoint_root: str | Path, step: int) -> Path:
+    """``<checkpoint_root>/global_step_<step>``."""
+    return Path(checkpoint_root) / f"global_step_{step}"
+
+
+def eos_ids_of(model: Any, tokenizer: Any) -> list[int]:
+    """Every EOS id of the model's generation config and config, and the tokenizer's, sorted."""
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(source, "eos_token_id", None)
+        if eos is not None:
+            ids.update(int(e) for e in (eos if isinstance(eos, list | tuple) else [eos]))
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return sorted(ids)
+
+
+def checkpoint_copy(model: Any, tokenizer: Any, eos_token_ids: Sequence[int]) -> Any:
+    """The policy as its checkpoint holds it: a bfloat16 copy in eval mode with every EOS id.
+
+    A copy: casting the training model in place would lose its float32 master weights.
+    """
+    import torch  # noqa: PLC0415 - heavy; callers hold a model already
+
+    frozen = copy.deepcopy(model).to(torch.bfloat16).eval()
+    frozen.generation_config.eos_token_id = list(eos_token_ids)
+    if frozen.generation_config.pad_token_id is None and tokenizer.pad_token_id is not None:
+        frozen.generation_config.pad_token_id = int(tokenizer.pad_token_id)
+    return frozen
+
+
+def save_actor_hf(frozen: Any, tokenizer: Any, checkpoint_root: str | Path, step: int) -> Path:
+    """Write a :func:`checkpoint_copy` and the tokenizer as the checkpoint of ``step``.
+
+    Args:
+        frozen: the model to save as it is (see :func:`checkpoint_copy`).
+        tokenizer: its tokenizer.
+        checkpoint_root: the run's checkpoint root.
+        step: the RL step (the optimizer steps taken so far; 0 = the initial policy).
+
+    Returns:
+        The ``actor_hf`` folder (an existing one is replaced).
+    """
+    target = step_dir(checkpoint_root, step) / MODEL_SUBDIR
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{MODEL_SUBDIR}.", dir=target.parent))
+    try:
+        frozen.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.chmod(tmp, 0o755)  # mkdtemp creates 0700; checkpoints are shared read-only data
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def export_actor_hf(
+    model: Any, tokenizer: Any, checkpoint_root: str | Path, step: int, eos_token_ids: Sequence[int]
+) -> Path:
+    """Write ``model`` (a bfloat16 copy; ``model`` is not modified) as the checkpoint of ``step``.
+
+    Returns:
+        The ``actor_hf`` folder (an existing one is replaced).
+    """
+    return save_actor_hf(
+        checkpoint_copy(model, tokenizer, eos_token_ids), tokenizer, checkpoint_root, step
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,30 @@ def test_fingerprint_changes_with_config(tmp_path):
     assert first["config_sha256"] != second["config_sha256"]
     assert first["weights_index_sha256"] == second["weights_index_sha256"]
     assert len(first["config_sha256"]) == 64
+
+
+class _Saves:
+    """Stands for a model or tokenizer: ``save_pretrained`` writes one file, or fails."""
+
+    def __init__(self, name: str, fail: bool = False):
+        self.name, self.fail = name, fail
+
+    def save_pretrained(self, folder):
+        if self.fail:
+            raise OSError(28, "No space left on device")
+        (Path(folder) / self.name).write_text(self.name)
+
+
+def test_write_model_folder_replaces_atomically_and_is_world_readable(tmp_path):
+    from hed.checkpoints import write_model_folder
+
+    target = tmp_path / "global_step_3" / "actor_hf"
+    write_model_folder(_Saves("old.json"), _Saves("tok.json"), target)
+    write_model_folder(_Saves("config.json"), _Saves("tok.json"), target)
+    assert sorted(p.name for p in target.iterdir()) == ["config.json", "tok.json"]
+    assert target.stat().st_mode & 0o777 == 0o755
+    with pytest.raises(OSError, match="No space"):
+        write_model_folder(_Saves("config.json"), _Saves("tok.json", fail=True), target)
+    # the failed write left no temporary folder and did not touch the complete one
+    assert [p.name for p in target.parent.iterdir()] == ["actor_hf"]
+    assert (target / "config.json").read_text() == "config.json"

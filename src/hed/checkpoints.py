@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from hed.errors import CheckpointError
 
@@ -127,3 +131,39 @@ def checkpoint_fingerprint(model_dir: str | Path) -> dict[str, str]:
         "config_sha256": config_hash,
         "weights_index_sha256": weights_hash,
     }
+
+
+def write_model_folder(model: Any, tokenizer: Any, target: str | Path) -> Path:
+    """Write a HuggingFace model folder (weights, config, tokenizer) into place atomically.
+
+    The folder is written under a temporary name next to ``target`` and renamed when complete,
+    so a killed process never leaves a folder that :func:`model_dir_for_step` would take for a
+    checkpoint. The folder is made world-readable (``0755``; ``mkdtemp`` creates ``0700``):
+    checkpoints are shared read-only data.
+
+    Args:
+        model: a ``transformers`` ``PreTrainedModel`` (saved with ``save_pretrained``).
+        tokenizer: its tokenizer (saved with ``save_pretrained``).
+        target: the folder to create, e.g. ``<checkpoint_root>/global_step_<N>/actor_hf``; an
+            existing one is replaced.
+
+    Returns:
+        ``target`` as a ``Path``.
+
+    Raises:
+        OSError: from ``save_pretrained`` or the rename; the temporary folder is removed first.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.chmod(tmp, 0o755)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target

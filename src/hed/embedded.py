@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-import shutil
-import tempfile
 import time
 from pathlib import Path
+
+from hed.checkpoints import write_model_folder
 
 logger = logging.getLogger(__name__)
 
@@ -95,16 +95,6 @@ def ensure_embedded_checkpoint(model_dir: str | Path) -> Path:
         )
     model.generation_config = gguf_model.generation_config
 
-    model_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{model_dir.name}.", dir=model_dir.parent))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if model_dir.exists():
-            shutil.rmtree(model_dir)
-        tmp.rename(model_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    write_model_folder(model, tokenizer, model_dir)
     logger.info("Embedded model ready in %s (%.1f s)", model_dir, time.monotonic() - started)
     return model_dir

@@ -11,12 +11,11 @@ then rename), so a killed training run never leaves an ``actor_hf`` that looks f
 from __future__ import annotations
 
 import copy
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from hed.checkpoints import write_model_folder
 
 MODEL_SUBDIR = "actor_hf"
 
@@ -64,20 +63,7 @@ def save_actor_hf(frozen: Any, tokenizer: Any, checkpoint_root: str | Path, step
     Returns:
         The ``actor_hf`` folder (an existing one is replaced).
     """
-    target = step_dir(checkpoint_root, step) / MODEL_SUBDIR
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{MODEL_SUBDIR}.", dir=target.parent))
-    try:
-        frozen.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        os.chmod(tmp, 0o755)  # mkdtemp creates 0700; checkpoints are shared read-only data
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+    return write_model_folder(frozen, tokenizer, step_dir(checkpoint_root, step) / MODEL_SUBDIR)
 
 
 def export_actor_hf(

@@ -17,6 +17,9 @@ from hed.figures import (
     CATEGORIES,
     CATEGORY_COLOURS,
     FIGURE3_MEASURE_LABEL,
+    FIGURE3_MIN_WIDTH,
+    FIGURE3_TITLE_LEGEND_HEIGHT,
+    figure3_size,
     figure_size,
     plot_figure2,
     plot_figure3,
@@ -166,10 +169,15 @@ def test_figure2_png_has_the_configured_pixel_size_and_is_not_blank(tmp_path, n_
     assert float(image[..., :3].var()) > 0.01
 
 
-def test_figure3_png_has_the_configured_pixel_size_and_is_not_blank(tmp_path):
-    fig = plot_figure3(figure3_table(), RUNS, [20, 80, 200], panel_size=(2.6, 3.6), dpi=100)
+@pytest.mark.parametrize(("n_runs", "steps"), [(2, [20, 80, 200]), (1, [20])])
+def test_figure3_png_has_the_configured_pixel_size_and_is_not_blank(tmp_path, n_runs, steps):
+    runs = RUNS[:n_runs]
+    fig = plot_figure3(figure3_table(steps, runs), runs, steps, panel_size=(2.6, 3.6), dpi=100)
     image = save_png(fig, tmp_path / "figure3.png")
-    assert image.shape[:2] == (round(2 * 3.6 * 100), round(3 * 2.6 * 100))
+    width = max(len(steps) * 2.6, FIGURE3_MIN_WIDTH)  # one narrow panel: the minimum width
+    height = n_runs * 3.6 + FIGURE3_TITLE_LEGEND_HEIGHT
+    assert figure3_size(len(steps), n_runs, (2.6, 3.6)) == pytest.approx((width, height))
+    assert image.shape[:2] == (round(height * 100), round(width * 100))
     assert float(image[..., :3].var()) > 0.01
 
 
@@ -242,6 +250,25 @@ def test_figure3_bars_are_shares_coloured_by_category_with_named_measure():
     assert [t.get_text() for t in legend.get_texts()] == list(CATEGORIES)
     assert overlapping_tick_labels(fig) == []
     assert text_outside_figure(fig) == []
+
+
+@pytest.mark.parametrize("dpi", [100, 200])
+@pytest.mark.parametrize(
+    ("n_runs", "steps"), [(1, [20]), (1, [20, 80, 200]), (2, [20]), (2, [20, 80, 200])]
+)
+def test_figure3_text_stays_inside_the_canvas_and_word_labels_do_not_overlap(n_runs, steps, dpi):
+    runs = RUNS[:n_runs]
+    fig = plot_figure3(figure3_table(steps, runs), runs, steps, dpi=dpi)
+    # the figure-level texts that a single narrow panel used to clip are there and drawn
+    checked = {t.get_text() for t in fig.findobj(Text) if t.get_visible()}
+    legend = fig.legends[0]
+    assert fig.get_suptitle().startswith("Top 20 words") and fig.get_suptitle() in checked
+    assert legend.get_title().get_text() == "word category"
+    assert {t.get_text() for t in legend.get_texts()} == set(CATEGORIES) <= checked
+    assert text_outside_figure(fig) == []
+    # every panel shows its 20 words, none overlapping its neighbour
+    assert all(len(drawn_tick_labels(ax.yaxis)) == len(WORDS) for ax in fig.axes)
+    assert overlapping_tick_labels(fig) == []
 
 
 def test_figure3_panel_without_records_says_so():

@@ -9,8 +9,9 @@ configured panel size, Okabe–Ito colours (distinguishable with the common colo
 deficiencies), constrained layout, and tick labels that do not overlap (many steps are thinned
 and rotated; words are one per bar row).
 
-The pixel size of a saved PNG is ``figure_size(...) × dpi`` exactly: the figures are built with
-``figsize`` and ``dpi`` and saved without ``bbox_inches="tight"``.
+The pixel size of a saved PNG is ``figure_size(...) × dpi`` (Figure 2) or
+``figure3_size(...) × dpi`` (Figure 3) exactly: the figures are built with ``figsize`` and
+``dpi`` and saved without ``bbox_inches="tight"``.
 """
 
 from __future__ import annotations
@@ -62,6 +63,13 @@ _RC = {
 }
 _MAX_STEP_TICKS = 8  # more steps than this: let a locator thin the ticks and rotate them
 
+#: Figure 3 is at least this wide (inches), so that its one-line title and its three-column
+#: category legend fit at the fonts of ``_RC`` even with a single narrow panel.
+FIGURE3_MIN_WIDTH = 5.2
+#: Height (inches) added to Figure 3's panels for the figure-level title above them and the
+#: category legend below them, so one row of panels keeps its full height for the words.
+FIGURE3_TITLE_LEGEND_HEIGHT = 0.7
+
 
 def figure_size(n_cols: int, n_rows: int, panel_size: Sequence[float]) -> tuple[float, float]:
     """Figure size in inches: ``n_cols × n_rows`` panels of ``panel_size`` (width, height).
@@ -70,6 +78,17 @@ def figure_size(n_cols: int, n_rows: int, panel_size: Sequence[float]) -> tuple[
     """
     width, height = (float(v) for v in panel_size)
     return (max(1, n_cols) * width, max(1, n_rows) * height)
+
+
+def figure3_size(n_cols: int, n_rows: int, panel_size: Sequence[float]) -> tuple[float, float]:
+    """Figure 3's size in inches: ``n_cols × n_rows`` panels of ``panel_size`` (width, height)
+    plus a band of :data:`FIGURE3_TITLE_LEGEND_HEIGHT` for the title and legend, and at least
+    :data:`FIGURE3_MIN_WIDTH` wide.
+
+    The saved PNG is ``round(width × dpi) × round(height × dpi)`` pixels.
+    """
+    width, height = figure_size(n_cols, n_rows, panel_size)
+    return (max(width, FIGURE3_MIN_WIDTH), height + FIGURE3_TITLE_LEGEND_HEIGHT)
 
 
 def plot_figure2(
@@ -214,13 +233,16 @@ def plot_figure3(
         dpi: dots per inch of the saved PNG.
 
     Returns:
-        The figure (``figure_size(len(steps), len(runs), panel_size)`` inches at ``dpi``).
+        The figure (:func:`figure3_size` ``(len(steps), len(runs), panel_size)`` inches at
+        ``dpi``).
     """
     n_rows, n_cols = max(1, len(runs)), max(1, len(steps))
     share = pd.to_numeric(table["sampled_prob_share"], errors="coerce").to_numpy(dtype=float)
     x_max = max(1e-3, float(np.nanmax(share, initial=0.0))) * 1.12
     with mpl.rc_context(_RC):
-        fig = Figure(figsize=figure_size(n_cols, n_rows, panel_size), dpi=dpi, layout="constrained")
+        fig = Figure(
+            figsize=figure3_size(n_cols, n_rows, panel_size), dpi=dpi, layout="constrained"
+        )
         axes = fig.subplots(n_rows, n_cols, squeeze=False)
         for r, (run, role) in enumerate(runs):
             for c, step in enumerate(steps):
@@ -241,7 +263,8 @@ def plot_figure3(
             title="word category",
         )
         fig.suptitle(
-            f"Top {top_n} words at high-entropy positions, by normalised sampled probability"
+            f"Top {top_n} words at high-entropy positions, by normalised sampled probability",
+            wrap=True,  # a safety net: a title wider than the figure wraps instead of being cut
         )
     return fig
 

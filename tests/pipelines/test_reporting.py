@@ -26,7 +26,7 @@ from kedro.runner import SequentialRunner
 
 from hed import provenance
 from hed.errors import ConfigError
-from hed.figures import figure_size
+from hed.figures import figure3_size, figure_size
 from hed.pipelines.reporting import create_pipeline
 from hed.pipelines.reporting.nodes import (
     FIGURE2_COLUMNS,
@@ -596,13 +596,13 @@ def test_pair_run_writes_the_paper_table_pngs_of_the_configured_size_and_resolve
         "figure2_paper_reproduction.csv"
     ]
     assert len(_files(tables, "figure3_high_entropy_token_probability.csv/*/*.csv")) == 1
-    for name, n_cols, n_rows, style in (
-        ("figure2_png", 2, 1, REPORTING["figure2"]),
-        ("figure3_png", 3, 2, REPORTING["figure3"]),
+    for name, n_cols, n_rows, style, size in (
+        ("figure2_png", 2, 1, REPORTING["figure2"], figure_size),
+        ("figure3_png", 3, 2, REPORTING["figure3"], figure3_size),
     ):
         path = Path(provenance.describe_dataset(catalog, name)["path"])
         image = mpimg.imread(path)
-        width, height = figure_size(n_cols, n_rows, style["panel_size"])
+        width, height = size(n_cols, n_rows, style["panel_size"])
         assert image.shape[:2] == (round(height * style["dpi"]), round(width * style["dpi"]))
         assert float(image[..., :3].var()) > 0.01
     figure2 = catalog.load("figure2_paper_reproduction")

@@ -83,6 +83,38 @@ def _configured_steps(cfg: Mapping[str, Any] | None) -> list[int]:
     return sorted(int(s) for s in steps) if isinstance(steps, list | tuple) else []
 
 
+def reporting_section(reporting: Any) -> dict[str, Any]:
+    """Check the shape of ``params:reporting`` before any value is read.
+
+    Args:
+        reporting: ``params:reporting``; ``None`` (an empty YAML section) means every default.
+
+    Returns:
+        The section as a dict (empty when ``None``).
+
+    Raises:
+        ConfigError: the section, ``fig3``, ``figure2`` or ``figure3`` is not a mapping, or
+            ``strict`` is not ``true``/``false`` (a quoted ``"false"`` would otherwise count
+            as true).
+    """
+    if reporting is None:
+        return {}
+    if not isinstance(reporting, Mapping):
+        raise ConfigError(
+            f"parameter `reporting` must be a mapping (parameters_reporting.yml), got {reporting!r}"
+        )
+    for key in ("fig3", "figure2", "figure3"):
+        value = reporting.get(key)
+        if value is not None and not isinstance(value, Mapping):
+            raise ConfigError(
+                f"reporting.{key} must be a mapping (e.g. `{key}: {{...}}`), got {value!r}"
+            )
+    strict = reporting.get("strict", False)
+    if not isinstance(strict, bool):
+        raise ConfigError(f"reporting.strict must be true or false (unquoted), got {strict!r}")
+    return dict(reporting)
+
+
 def _fig3_steps_param(reporting: Mapping[str, Any]) -> list[int] | None:
     """``reporting.fig3.steps`` as a list of steps, or None when unset or empty.
 
@@ -165,9 +197,11 @@ def plan_figures(
 
     Raises:
         ConfigError: strict mode and something is missing (one message listing all of it), or
-            a malformed ``reporting.fig3.steps`` / ``reporting.top_n_words``.
+            a malformed ``reporting`` section (:func:`reporting_section`),
+            ``reporting.fig3.steps`` or ``reporting.top_n_words``.
     """
-    strict = bool(reporting.get("strict", False))
+    reporting = reporting_section(reporting)
+    strict = reporting.get("strict", False)
     top_n, fig3_steps = _top_n(reporting), _fig3_steps_param(reporting)
     panels = panel_runs(runs)
     kind = figure2_kind(runs)
@@ -350,7 +384,7 @@ def plot_figure2_png(
     figure2_table: pd.DataFrame, figure_plan: dict[str, Any], reporting: dict[str, Any]
 ) -> Figure:
     """Draw Figure 2 (:func:`hed.figures.plot_figure2`) at ``reporting.figure2`` size and dpi."""
-    style = reporting.get("figure2") or {}
+    style = reporting_section(reporting).get("figure2") or {}
     return figures.plot_figure2(
         figure2_table,
         [tuple(panel) for panel in figure_plan["panels"]],
@@ -364,7 +398,7 @@ def plot_figure3_png(
     figure3_table: pd.DataFrame, figure_plan: dict[str, Any], reporting: dict[str, Any]
 ) -> Figure:
     """Draw Figure 3 (:func:`hed.figures.plot_figure3`) at ``reporting.figure3`` size and dpi."""
-    style = reporting.get("figure3") or {}
+    style = reporting_section(reporting).get("figure3") or {}
     return figures.plot_figure3(
         figure3_table,
         [tuple(panel) for panel in figure_plan["panels"]],

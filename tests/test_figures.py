@@ -283,3 +283,16 @@ def test_category_colours_are_distinct_okabe_ito():
     colours = [to_hex(CATEGORY_COLOURS[c]) for c in CATEGORIES]
     assert len(set(colours)) == 3
     assert to_hex(CATEGORY_COLOURS["anthropomorphic"]) == "#d55e00"
+
+
+def test_font_family_lists_dejavu_then_only_installed_cjk_fonts(monkeypatch):
+    from matplotlib import font_manager
+
+    from hed.figures import CJK_FALLBACK_FONTS, font_family
+
+    assert font_family()[0] == "DejaVu Sans"
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    assert set(font_family()[1:]) == set(CJK_FALLBACK_FONTS) & installed
+    fake = font_manager.FontEntry(fname="/nonexistent.ttf", name="WenQuanYi Zen Hei")
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", [*font_manager.fontManager.ttflist, fake])
+    assert font_family()[-1] == "WenQuanYi Zen Hei"

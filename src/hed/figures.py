@@ -61,6 +61,35 @@ _RC = {
     "figure.titlesize": 9.5,
     "axes.spines.top": False,
 }
+#: Fonts with CJK glyphs, tried after DejaVu Sans for characters it lacks (lexicon words such
+#: as 等等 or 嗯, DESIGN.md §5.4). Only installed ones are used (see :func:`font_family`).
+CJK_FALLBACK_FONTS = (
+    "Noto Sans CJK SC",
+    "Noto Sans CJK JP",
+    "Source Han Sans SC",
+    "WenQuanYi Zen Hei",
+    "WenQuanYi Micro Hei",
+    "SimHei",
+    "Microsoft YaHei",
+    "PingFang SC",
+    "Hiragino Sans GB",
+)
+
+
+def font_family() -> list[str]:
+    """``font.family`` for the figures: DejaVu Sans, then every installed CJK fallback font.
+
+    Matplotlib (≥ 3.6) takes each glyph from the first font of the list that has it, so
+    Chinese words draw where a CJK font is installed (e.g. Debian ``fonts-noto-cjk``) and as
+    empty boxes otherwise. Fonts that are not installed are left out of the list: naming them
+    would make matplotlib log a "findfont" warning for every text.
+    """
+    from matplotlib import font_manager  # noqa: PLC0415 - only when a figure is drawn
+
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    return ["DejaVu Sans", *(name for name in CJK_FALLBACK_FONTS if name in installed)]
+
+
 _MAX_STEP_TICKS = 8  # more steps than this: let a locator thin the ticks and rotate them
 
 #: Figure 3 is at least this wide (inches), so that its one-line title and its three-column
@@ -117,7 +146,7 @@ def plot_figure2(
     Returns:
         The figure (``figure_size(len(runs), 1, panel_size)`` inches at ``dpi``).
     """
-    with mpl.rc_context(_RC):
+    with mpl.rc_context({**_RC, "font.family": font_family()}):
         fig = Figure(figsize=figure_size(len(runs), 1, panel_size), dpi=dpi, layout="constrained")
         axes = fig.subplots(1, max(1, len(runs)), squeeze=False)[0]
         counts = pd.to_numeric(table["anthropomorphic_count"], errors="coerce")
@@ -239,7 +268,7 @@ def plot_figure3(
     n_rows, n_cols = max(1, len(runs)), max(1, len(steps))
     share = pd.to_numeric(table["sampled_prob_share"], errors="coerce").to_numpy(dtype=float)
     x_max = max(1e-3, float(np.nanmax(share, initial=0.0))) * 1.12
-    with mpl.rc_context(_RC):
+    with mpl.rc_context({**_RC, "font.family": font_family()}):
         fig = Figure(
             figsize=figure3_size(n_cols, n_rows, panel_size), dpi=dpi, layout="constrained"
         )

@@ -185,10 +185,14 @@ def check_finite_stats(entropy: torch.Tensor, log_z: torch.Tensor, where: str) -
         where: words that locate the rows in the message, e.g. ``"at decode step 12"``.
 
     Raises:
-        NonFiniteLogitsError: one line naming the problem and the remedy.
+        NonFiniteLogitsError: one line naming the first bad row, the problem and the remedy.
     """
-    if bool(torch.isfinite(entropy).all()) and bool(torch.isfinite(log_z).all()):
+    finite = torch.isfinite(entropy) & torch.isfinite(log_z)
+    if bool(finite.all()):
         return
+    bad = (~finite).reshape(-1).nonzero()
+    rows = f" (row {int(bad[0])}, {bad.numel()} of {finite.numel()} rows)" if finite.dim() else ""
     raise NonFiniteLogitsError(
-        f"NaN logits {where}: the checkpoint produces NaN (or infinite) logits; try dtype float32"
+        f"NaN logits {where}{rows}: the checkpoint produces NaN (or infinite) logits; "
+        "try dtype float32"
     )

@@ -124,7 +124,15 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
         embedded = bool(cfg.get("embedded", False))
         steps = _parse_steps(name, cfg.get("steps", "all"), str(root), embedded)
         runs.append(RunSpec(name=str(name), role=role, checkpoint_root=str(root), steps=steps, embedded=embedded))
-    num_shards = params.get("generation", {}).get("num_shards", 1)
+    generation = params.get("generation")
+    if generation is None:
+        generation = {}
+    if not isinstance(generation, dict):
+        raise ConfigError(
+            "parameter `generation` must be a mapping (parameters_generation.yml), "
+            f"got {generation!r}"
+        )
+    num_shards = generation.get("num_shards", 1)
     if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
         raise ConfigError(f"generation.num_shards must be a positive integer, got {num_shards!r}")
     return StudyLayout(runs=tuple(runs), num_shards=num_shards)

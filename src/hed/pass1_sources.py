@@ -500,9 +500,11 @@ def iter_offline_history_rows(path: str | os.PathLike) -> Iterator[dict[str, Any
     nothing is uploaded and no telemetry is sent, and keeps the ``history`` records.
 
     Raises:
-        InputDataError: the folder is missing, or the reader fails (its first error line).
+        InputDataError: the folder is missing, the reader fails (its first error line), or the
+            log holds no history row at all (empty, truncated or not a W&B log).
     """
     wandb_file = find_offline_run_file(path)
+    n_rows = 0
     command = [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(wandb_file)]
     env = {
         **os.environ,
@@ -525,12 +527,19 @@ def iter_offline_history_rows(path: str | os.PathLike) -> Iterator[dict[str, Any
                 row = dict(history.get("item") or {})
                 if WANDB_STEP not in row and "num" in (history.get("step") or {}):
                     row[WANDB_STEP] = history["step"]["num"]
+                n_rows += 1
                 yield row
+        stderr.seek(0)
+        lines = (line.strip() for line in stderr if line.strip())
         if proc.returncode != 0:
-            stderr.seek(0)
-            lines = (line.strip() for line in stderr if line.strip())
             message = next(lines, f"exit status {proc.returncode}")
             raise InputDataError(f"cannot read W&B offline run {wandb_file}: {message}")
+        if n_rows == 0:
+            message = next(lines, "the log is empty")
+            raise InputDataError(
+                f"W&B offline run {wandb_file} holds no history rows ({message}); point `path` "
+                "at a run folder that logged its metrics (wandb/offline-run-*)"
+            )
 
 
 def read_wandb_offline_history(

@@ -45,7 +45,8 @@ from typing import Any
 from kedro.framework.hooks import hook_impl
 from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError
 
-from hed.errors import ConfigError, InputDataError
+from hed.atomic_io import write_error
+from hed.errors import ConfigError, InputDataError, OutputWriteError
 
 #: Name of the dataset the hooks fill and the provenance-aware nodes take as an input.
 RUN_CONTEXT = "run_context"
@@ -309,6 +310,8 @@ class PublishedArtifactsDataset(AbstractDataset[dict[str, Any], dict[str, Any]])
 
     Raises:
         InputDataError: a file of the plan does not exist (nothing is copied then).
+        OutputWriteError: the destination cannot be written (a file where a folder should be,
+            permissions, disk full) or ``env`` is not a usable folder name.
     """
 
     def __init__(self, *, filepath: str, metadata: dict[str, Any] | None = None) -> None:
@@ -316,7 +319,10 @@ class PublishedArtifactsDataset(AbstractDataset[dict[str, Any], dict[str, Any]])
         self.metadata = metadata
 
     def save(self, data: dict[str, Any]) -> None:
-        env = check_env_name(data["env"])
+        try:
+            env = check_env_name(data["env"])
+        except ConfigError as exc:  # a DatasetError passes Kedro's save wrapper as one line
+            raise OutputWriteError(f"cannot publish under {self._root}: {exc}") from None
         project = Path(data.get("project_path") or ".")
         sources = {name: _resolve(project, entry["path"]) for name, entry in data["files"].items()}
         absent = [f"{name} ({src})" for name, src in sources.items() if not src.is_file()]
@@ -326,6 +332,20 @@ class PublishedArtifactsDataset(AbstractDataset[dict[str, Any], dict[str, Any]])
                 f"`{rerun_reporting(env)}`"
             )
         dest_dir = self._root / env
+        try:
+            self._publish(data, env, project, sources, dest_dir)
+        except OSError as exc:
+            raise write_error(dest_dir / MANIFEST, exc) from None
+
+    def _publish(
+        self,
+        data: dict[str, Any],
+        env: str,
+        project: Path,
+        sources: dict[str, Path],
+        dest_dir: Path,
+    ) -> None:
+        """Copy the files of the plan into ``dest_dir`` and write its manifest."""
         dest_dir.mkdir(parents=True, exist_ok=True)
         previous = self._manifest(dest_dir).get("files", {})
         files = {}
@@ -342,10 +362,14 @@ class PublishedArtifactsDataset(AbstractDataset[dict[str, Any], dict[str, Any]])
             (dest_dir / stale).unlink(missing_ok=True)
         manifest = {"env": env, "published_from": data.get("source"), "files": files}
         fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".tmp", dir=dest_dir)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(manifest, handle, indent=2)
-            handle.write("\n")
-        os.replace(tmp, dest_dir / MANIFEST)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(manifest, handle, indent=2)
+                handle.write("\n")
+            os.replace(tmp, dest_dir / MANIFEST)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
     def load(self) -> dict[str, Any]:
         if not self._root.is_dir():

@@ -48,10 +48,12 @@ keeps ``B · T · V`` floats).
 from __future__ import annotations
 
 import hashlib
+import numbers
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -114,17 +116,28 @@ class SamplingParams:
     batch_size: int = 8
 
     def __post_init__(self) -> None:
+        def real(value: Any) -> bool:
+            return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+        def whole(value: Any) -> bool:
+            return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
         checks = [
-            (self.temperature > 0, f"temperature must be > 0, got {self.temperature}"),
-            (0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}"),
-            (self.top_k is None or self.top_k > 0, f"top_k must be > 0 or null, got {self.top_k}"),
-            (self.max_new_tokens > 0, f"max_new_tokens must be > 0, got {self.max_new_tokens}"),
-            (self.top_prob_k > 0, f"top_prob_k must be > 0, got {self.top_prob_k}"),
-            (self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}"),
+            ("temperature", real(self.temperature) and self.temperature > 0, "> 0"),
+            ("top_p", real(self.top_p) and 0 < self.top_p <= 1, "in (0, 1]"),
+            (
+                "top_k",
+                self.top_k is None or (whole(self.top_k) and self.top_k > 0),
+                "a positive integer or null",
+            ),
+            ("max_new_tokens", whole(self.max_new_tokens) and self.max_new_tokens > 0, "> 0"),
+            ("top_prob_k", whole(self.top_prob_k) and self.top_prob_k > 0, "> 0"),
+            ("seed", whole(self.seed), "an integer"),
+            ("batch_size", whole(self.batch_size) and self.batch_size > 0, "> 0"),
         ]
-        for ok, message in checks:
+        for name, ok, rule in checks:
             if not ok:
-                raise ConfigError(f"generation parameter: {message}")
+                raise ConfigError(f"generation.{name} must be {rule}, got {getattr(self, name)!r}")
 
 
 @dataclass
@@ -517,7 +530,7 @@ def resolve_dtype(name: str, device: str | torch.device) -> torch.dtype:
         return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
     if name not in _DTYPES:
         raise ConfigError(
-            f"generation parameter dtype: {name!r} is not one of auto, {', '.join(_DTYPES)}"
+            f"generation.dtype: {name!r} is not one of auto, {', '.join(_DTYPES)}"
         )
     return _DTYPES[name]
 
@@ -546,17 +559,32 @@ def load_model_and_tokenizer(model_dir: str | Path, dtype: str = "auto", device:
         tokenizer = AutoTokenizer.from_pretrained(
             model_dir, padding_side="left", local_files_only=True
         )
+    except Exception as error:  # any loader failure becomes one line naming the folder
+        raise CheckpointError(
+            f"checkpoint {model_dir} cannot be loaded: its tokenizer fails "
+            f"({_one_line(error)}); copy the base model's tokenizer files (tokenizer.json, "
+            "tokenizer_config.json) into it"
+        ) from None
+    try:
         model = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=torch_dtype, local_files_only=True
         )
     except Exception as error:  # any loader failure becomes one line naming the folder
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"checkpoint {model_dir} cannot be loaded: {reason}") from error
+        raise CheckpointError(
+            f"checkpoint {model_dir} cannot be loaded: its config or weights fail "
+            f"({_one_line(error)}); re-export or re-merge this checkpoint"
+        ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def _one_line(error: BaseException, limit: int = 300) -> str:
+    """``error``'s message on one line (whitespace runs collapsed), at most ``limit`` characters."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def checkpoint_eos_token_ids(model, tokenizer) -> list[int]:

@@ -1,0 +1,1317 @@
+"""The catalogue of bad inputs: every case gives one actionable line and leaves nothing behind.
+
+Each case below builds a small real bad input in ``tmp_path`` (a broken prompt file, a
+checkpoint folder without weights, a parameters mapping with a wrong value, a CSV without its
+column...), calls the real public function, node or dataset that meets it, and says which
+HED error type it expects and which path, field or value the message must name. One test
+runs them all and checks, for each:
+
+* the error is a :class:`hed.errors.HEDError` of the expected type, or Kedro's one-line
+  ``DatasetError`` wrapper (``<dataset>: <message>``) whose cause is one;
+* its message is one line, names the offending thing and holds no traceback text;
+* nothing was left behind: a target file does not exist (or keeps its bytes) and its folder
+  holds no new entry (no temporary file).
+
+The case ids fill the *case* column of ``docs/errors.md``; a test checks they line up.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from kedro.config import OmegaConfigLoader
+from kedro.io import DataCatalog
+from kedro.io.core import DatasetError
+from kedro.pipeline import Node
+
+from hed.atomic_io import install_atomic_local_writes
+from hed.datasets import ArrowParquetDataset, PromptFileDataset, write_parquet_atomically
+from hed.entropy import NonFiniteLogitsError, token_distribution_stats
+from hed.errors import CheckpointError, ConfigError, HEDError, InputDataError, OutputWriteError
+from hed.layout import layout_from_params
+from hed.lexicon import parse_lexicon
+from hed.mini_rl.config import training_specs
+from hed.mini_rl.manifest import clear_run_outputs
+from hed.pass1_sources import parse_run_config
+from hed.pipelines.aggregation.nodes import (
+    check_sequences,
+    check_token_records,
+    compute_entropy_threshold,
+    merge_token_records,
+)
+from hed.pipelines.generation.nodes import (
+    build_prompt_set,
+    generate_shard,
+    resolve_checkpoints,
+    sampling_params_from,
+)
+from hed.pipelines.metrics.nodes import collect_run_pass1, fetch_wandb_history, read_csv_pass1
+from hed.pipelines.metrics.pipeline import create_pipeline as create_metrics_pipeline
+from hed.pipelines.mini_rl.nodes import generate_task_sets
+from hed.pipelines.publish.nodes import plan_publication
+from hed.pipelines.reporting.nodes import plan_figures
+from hed.provenance import PublishedArtifactsDataset
+from hed.recording import load_model_and_tokenizer, resolve_dtype
+from hed.runners import resolve_slots
+from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+
+REPO = Path(__file__).resolve().parents[1]
+ERRORS_DOC = REPO / "docs" / "errors.md"
+TRACEBACK_MARKERS = ("Traceback", 'File "')
+
+
+# ------------------------------------------------------------------ the case machinery
+
+
+@dataclass
+class Ctx:
+    """What a case gets: its own folder, pytest's monkeypatch and lazy fixtures."""
+
+    tmp: Path
+    monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest
+
+    def fixture(self, name: str) -> Any:
+        return self.request.getfixturevalue(name)
+
+
+@dataclass
+class Expect:
+    """A prepared bad input.
+
+    Attributes:
+        call: runs the real function / node / dataset on the bad input.
+        error: the HED error type it must raise (directly or as the cause of Kedro's wrapper).
+        names: substrings the message must contain (the offending path, field or value).
+        outputs: files the call would write: each must keep its state (absent, or its bytes)
+            and its folder must not gain an entry (a temporary file).
+    """
+
+    call: Callable[[], Any]
+    error: type[HEDError]
+    names: tuple[str, ...]
+    outputs: tuple[Path, ...] = field(default=())
+
+
+CASES: dict[str, Callable[[Ctx], Expect]] = {}
+
+
+def case(case_id: str) -> Callable[[Callable[[Ctx], Expect]], Callable[[Ctx], Expect]]:
+    """Register a case function under ``case_id`` (an id of docs/errors.md)."""
+
+    def register(fn: Callable[[Ctx], Expect]) -> Callable[[Ctx], Expect]:
+        assert case_id not in CASES, case_id
+        CASES[case_id] = fn
+        return fn
+
+    return register
+
+
+def _existing_folder(path: Path) -> Path:
+    folder = path.parent
+    while not folder.is_dir():
+        folder = folder.parent
+    return folder
+
+
+def _state(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
+# ------------------------------------------------------------------ small real inputs
+
+
+def write_text(path: Path, text: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+PROMPT_PARAMS = {
+    "prompt_columns": ["problem", "question"],
+    "answer_column": "answer",
+    "num_prompts": None,
+    "seed": 0,
+}
+
+
+def prompt_node_run(path: Path, params: dict[str, Any]) -> Callable[[], Any]:
+    """Load a prompt file through the catalog and run the real ``build_prompt_set`` node."""
+    catalog = DataCatalog({"raw_prompts": PromptFileDataset(filepath=str(path))})
+    node = Node(build_prompt_set, ["raw_prompts", "params:prompts"], "prompts")
+
+    def call() -> Any:
+        raw = catalog.load("raw_prompts")
+        return node.run({"raw_prompts": raw, "params:prompts": params})
+
+    return call
+
+
+def load_prompts(path: Path) -> Callable[[], Any]:
+    """Load a prompt file through Kedro's catalog (as `kedro run` does)."""
+    catalog = DataCatalog({"raw_prompts": PromptFileDataset(filepath=str(path))})
+    return lambda: catalog.load("raw_prompts")
+
+
+def hf_folder(path: Path, *, config: bool = True, weights: bool = True) -> Path:
+    """A HuggingFace-looking model folder: config.json and/or a weights file."""
+    path.mkdir(parents=True, exist_ok=True)
+    if config:
+        (path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    if weights:
+        (path / "model.safetensors").write_bytes(b"\0" * 16)
+    return path
+
+
+def runs_params(root: Path, **run: Any) -> dict[str, Any]:
+    return {
+        "runs": {"dapo": {"role": "single", "checkpoint_root": str(root), "steps": [20], **run}},
+        "generation": {"num_shards": 1},
+    }
+
+
+def resolve(root: Path, steps: Any = (20,)) -> Callable[[], Any]:
+    """The generation pipeline's ``resolve_checkpoints`` node on one run."""
+    runs = {"dapo": {"role": "single", "checkpoint_root": str(root), "steps": list(steps)}}
+    return lambda: resolve_checkpoints(runs, {"num_shards": 1})
+
+
+GENERATION = {"num_shards": 1, "samples_per_prompt": 2, "max_new_tokens": 8, "top_p": 1.0}
+
+
+def sampling(**overrides: Any) -> Callable[[], Any]:
+    return lambda: sampling_params_from({**GENERATION, **overrides})
+
+
+def token_records(entropy: list[float], *, run: str = "dapo", step: int = 20) -> pa.Table:
+    """A one-response shard of token records (TOKEN_RECORD_SCHEMA)."""
+    n = len(entropy)
+    columns = {
+        "run": pa.array([run] * n).dictionary_encode(),
+        "step": [step] * n,
+        "shard": [0] * n,
+        "prompt_index": [0] * n,
+        "sample_index": [0] * n,
+        "position": list(range(n)),
+        "token_id": list(range(10, 10 + n)),
+        "token_text": [" wait"] * n,
+        "entropy": entropy,
+        "logprob": [-1.0] * n,
+        "prob": [float(np.exp(-1.0))] * n,
+        "topk_token_ids": [[10]] * n,
+        "topk_probs": [[0.4]] * n,
+        "is_special": [False] * n,
+    }
+    return pa.Table.from_pydict(columns).cast(TOKEN_RECORD_SCHEMA)
+
+
+def parquet_dataset(path: Path, table: pa.Table) -> Any:
+    """Write ``table`` to ``path`` and load it as the catalog does (a lazy Arrow dataset)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return ArrowParquetDataset(filepath=str(path)).load()
+
+
+def metrics_params(sources: dict[str, Any], **run: Any) -> dict[str, Any]:
+    return {"runs": {"dapo": {"sources": sources, **run}}}
+
+
+REPORT_RUNS = {
+    "dapo_with_clip": {"role": "with_clip", "steps": [20, 80]},
+    "dapo_without_clip": {"role": "without_clip", "steps": [20, 80]},
+}
+
+
+def reporting_inputs(runs: dict[str, Any] = REPORT_RUNS) -> dict[str, pd.DataFrame]:
+    """summary_by_step, token_probability_mass_high_entropy and pass1_for_figures of ``runs``."""
+    keys = [(run, step) for run, cfg in runs.items() for step in cfg["steps"]]
+    summary = pd.DataFrame(
+        {
+            "run": [r for r, _ in keys],
+            "step": [s for _, s in keys],
+            "n_tokens": 100,
+            "n_high_entropy": 20,
+            "n_high_entropy_anthropomorphic": 3,
+        }
+    )
+    mass = pd.DataFrame(
+        {
+            "run": [r for r, _ in keys for _ in range(2)],
+            "step": [s for _, s in keys for _ in range(2)],
+            "word": ["wait", "so"] * len(keys),
+            "category": ["anthropomorphic", "reasoning"] * len(keys),
+            "count": [3, 2] * len(keys),
+        }
+    )
+    pass1 = pd.DataFrame(
+        {
+            "run": [r for r, _ in keys],
+            "step": [s for _, s in keys],
+            "pass1": 0.4,
+            "pass1_source": "csv",
+        }
+    )
+    return {"summary": summary, "mass": mass, "pass1": pass1}
+
+
+def plan(
+    reporting: dict[str, Any], runs: dict[str, Any] = REPORT_RUNS, **frames: pd.DataFrame
+) -> Callable[[], Any]:
+    """The reporting pipeline's ``plan_figures`` node (it checks before anything is drawn)."""
+    inputs = {**reporting_inputs(runs), **frames}
+    return lambda: plan_figures(inputs["summary"], inputs["mass"], inputs["pass1"], runs, reporting)
+
+
+STRICT = {"strict": True, "top_n_words": 20, "fig3": {"steps": [20, 80]}}
+
+
+def resolved_config(env: str | None, artifacts: dict[str, Any]) -> dict[str, Any]:
+    return {"env": env, "run_id": "2026-01-02T03.04.05.678Z", "artifacts": artifacts}
+
+
+def mini_rl_params(**overrides: Any) -> dict[str, Any]:
+    return {
+        "runs": {"dapo_with_clip": {}},
+        "base_model": {"model_dir": "data/01_raw/checkpoints/base/actor_hf"},
+        "training": {"max_steps": 4, "save_every": 2},
+        **overrides,
+    }
+
+
+# ------------------------------------------------------------------ prompts
+
+
+@case("prompts-file-missing")
+def _(t: Ctx) -> Expect:
+    path = t.tmp / "data" / "01_raw" / "prompts" / "aime.jsonl"
+    return Expect(load_prompts(path), InputDataError, (str(path), "does not exist", "raw_prompts"))
+
+
+@case("prompts-file-is-folder")
+def _(t: Ctx) -> Expect:
+    path = t.tmp / "prompts.jsonl"
+    path.mkdir()
+    return Expect(load_prompts(path), InputDataError, (str(path), "is a folder"))
+
+
+@case("prompts-file-empty")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "prompts.jsonl", "")
+    return Expect(load_prompts(path), InputDataError, (str(path), "is empty"))
+
+
+@case("prompts-no-rows")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "prompts.jsonl", "\n\n\n")
+    return Expect(load_prompts(path), InputDataError, (str(path), "has no rows"))
+
+
+@case("prompts-bad-jsonl")
+def _(t: Ctx) -> Expect:
+    path = write_text(
+        t.tmp / "prompts.jsonl", '{"problem": "1+1", "answer": "2"}\n{"problem": "2+\n'
+    )
+    return Expect(
+        load_prompts(path), InputDataError, (str(path), "line 2, column 13", "Unterminated string")
+    )
+
+
+@case("prompts-not-utf8")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "prompts.jsonl", '{"problem": "caf\xe9"}\n'.encode("latin-1"))
+    return Expect(load_prompts(path), InputDataError, (str(path), "not UTF-8", "byte 16"))
+
+
+@case("prompts-unsupported-format")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "prompts.csv", "problem,answer\n1+1,2\n")
+    return Expect(load_prompts(path), InputDataError, (str(path), "'.csv'", ".jsonl or .parquet"))
+
+
+@case("prompts-not-parquet")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "prompts.parquet", b"PAR1 this is not a parquet file")
+    return Expect(load_prompts(path), InputDataError, (str(path), "cannot be read", "Parquet"))
+
+
+@case("prompts-no-prompt-column")
+def _(t: Ctx) -> Expect:
+    path = t.tmp / "prompts.parquet"
+    pd.DataFrame({"statement": ["1+1"], "answer": ["2"]}).to_parquet(path)
+    return Expect(
+        prompt_node_run(path, PROMPT_PARAMS),
+        InputDataError,
+        (str(path), "['problem', 'question']", "statement", "prompts.prompt_columns"),
+    )
+
+
+@case("prompts-empty-prompt")
+def _(t: Ctx) -> Expect:
+    path = write_text(
+        t.tmp / "prompts.jsonl",
+        '{"problem": "1+1", "answer": "2"}\n{"problem": "   ", "answer": "4"}\n',
+    )
+    return Expect(
+        prompt_node_run(path, PROMPT_PARAMS), InputDataError, (str(path), "'problem'", "row 1")
+    )
+
+
+@case("prompts-num-prompts-too-large")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "prompts.jsonl", '{"problem": "1+1"}\n{"problem": "2+2"}\n')
+    return Expect(
+        prompt_node_run(path, {**PROMPT_PARAMS, "num_prompts": 64}),
+        ConfigError,
+        ("prompts.num_prompts is 64", str(path), "only 2 rows"),
+    )
+
+
+@case("prompts-num-prompts-not-integer")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "prompts.jsonl", '{"problem": "1+1"}\n')
+    return Expect(
+        prompt_node_run(path, {**PROMPT_PARAMS, "num_prompts": "all"}),
+        ConfigError,
+        ("prompts.num_prompts", "'all'"),
+    )
+
+
+# ------------------------------------------------------------------ checkpoints
+
+
+@case("checkpoints-root-missing")
+def _(t: Ctx) -> Expect:
+    root = t.tmp / "ckpt" / "dapo_with_clip"
+    params = runs_params(root, steps="all")
+    return Expect(lambda: layout_from_params(params), ConfigError, ("runs.dapo.steps", str(root)))
+
+
+@case("checkpoints-root-without-steps")
+def _(t: Ctx) -> Expect:
+    root = t.tmp / "ckpt"
+    (root / "step_20").mkdir(parents=True)  # not global_step_<N>
+    params = runs_params(root, steps="all")
+    return Expect(
+        lambda: layout_from_params(params), ConfigError, (str(root), "no global_step_<N> folder")
+    )
+
+
+@case("checkpoints-step-missing")
+def _(t: Ctx) -> Expect:
+    root = t.tmp / "ckpt"
+    hf_folder(root / "global_step_20" / "actor_hf")
+    return Expect(
+        resolve(root, steps=[20, 40]),
+        CheckpointError,
+        ("step 40", str(root / "global_step_40"), "`steps`"),
+    )
+
+
+@case("checkpoints-no-model-folder")
+def _(t: Ctx) -> Expect:
+    root = t.tmp / "ckpt"
+    (root / "global_step_20" / "critic").mkdir(parents=True)
+    return Expect(
+        resolve(root),
+        CheckpointError,
+        ("step 20", str(root / "global_step_20" / "actor_hf"), "actor/huggingface"),
+    )
+
+
+@case("checkpoints-actor-needs-merging")
+def _(t: Ctx) -> Expect:
+    root = t.tmp / "ckpt"
+    actor = root / "global_step_20" / "actor"
+    write_text(actor / "model_world_size_2_rank_0.pt", b"\0")
+    write_text(actor / "model_world_size_2_rank_1.pt", b"\0")
+    return Expect(
+        resolve(root),
+        CheckpointError,
+        (str(actor), "needs merging", str(actor.parent / "actor_hf")),
+    )
+
+
+@case("checkpoints-config-only")
+def _(t: Ctx) -> Expect:
+    root = t.tmp / "ckpt"
+    folder = hf_folder(root / "global_step_20" / "actor" / "huggingface", weights=False)
+    write_text(folder / "tokenizer.json", "{}")
+    return Expect(resolve(root), CheckpointError, (str(folder), "no weights", "verl model_merger"))
+
+
+@case("checkpoints-lora-only")
+def _(t: Ctx) -> Expect:
+    root = t.tmp / "ckpt"
+    folder = root / "global_step_20" / "actor_hf"
+    write_text(folder / "adapter_config.json", json.dumps({"peft_type": "LORA", "r": 8}))
+    write_text(folder / "adapter_model.safetensors", b"\0" * 16)
+    return Expect(resolve(root), CheckpointError, (str(folder), "LoRA adapter", "merge_and_unload"))
+
+
+@case("checkpoints-no-config")
+def _(t: Ctx) -> Expect:
+    root = t.tmp / "ckpt"
+    folder = hf_folder(root / "global_step_20" / "actor_hf", config=False)
+    return Expect(resolve(root), CheckpointError, (str(folder), "no config.json"))
+
+
+@case("checkpoints-no-tokenizer")
+def _(t: Ctx) -> Expect:
+    folder = hf_folder(t.tmp / "ckpt" / "global_step_20" / "actor_hf")
+    return Expect(
+        lambda: load_model_and_tokenizer(folder, "float32", "cpu"),
+        CheckpointError,
+        (str(folder), "tokenizer", "tokenizer.json"),
+    )
+
+
+@case("checkpoints-corrupt-weights")
+def _(t: Ctx) -> Expect:
+    smollm2 = t.fixture("smollm2_dir")
+    folder = t.tmp / "ckpt" / "global_step_20" / "actor_hf"
+    folder.mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(smollm2 / name, folder / name)
+    (folder / "model.safetensors").write_bytes(b"truncated by a full disk")
+    prompts = pd.DataFrame(
+        {"prompt_index": [0], "prompt_id": ["p0"], "prompt": ["1+1?"], "answer": ["2"]}
+    )
+    checkpoints = {"dapo": {"steps": {"20": {"model_dir": str(folder)}}}}
+    params = {**GENERATION, "dtype": "float32", "torch_threads": 1}
+    return Expect(
+        lambda: generate_shard(prompts, checkpoints, {}, params, run="dapo", step=20, shard=0),
+        CheckpointError,
+        (str(folder), "cannot be loaded", "weights"),
+    )
+
+
+# ------------------------------------------------------------------ parameters
+
+
+@case("params-runs-missing")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        lambda: layout_from_params({"runs": None, "generation": {"num_shards": 1}}),
+        ConfigError,
+        ("`runs`", "parameters.yml"),
+    )
+
+
+@case("params-run-name")
+def _(t: Ctx) -> Expect:
+    params = {"runs": {"dapo clip": {"checkpoint_root": str(t.tmp), "steps": [0]}}}
+    return Expect(lambda: layout_from_params(params), ConfigError, ("'dapo clip'",))
+
+
+@case("params-role-unknown")
+def _(t: Ctx) -> Expect:
+    params = runs_params(t.tmp, role="clip_higher")
+    return Expect(
+        lambda: layout_from_params(params), ConfigError, ("runs.dapo.role", "'clip_higher'")
+    )
+
+
+@case("params-checkpoint-root-missing")
+def _(t: Ctx) -> Expect:
+    params = runs_params(t.tmp, checkpoint_root="")
+    return Expect(lambda: layout_from_params(params), ConfigError, ("runs.dapo.checkpoint_root",))
+
+
+@case("params-steps-not-a-list")
+def _(t: Ctx) -> Expect:
+    params = runs_params(t.tmp, steps="20, 80, 200")
+    return Expect(
+        lambda: layout_from_params(params), ConfigError, ("runs.dapo.steps", "'20, 80, 200'")
+    )
+
+
+@case("params-steps-negative")
+def _(t: Ctx) -> Expect:
+    params = runs_params(t.tmp, steps=[20, -80])
+    return Expect(lambda: layout_from_params(params), ConfigError, ("runs.dapo.steps", "-80"))
+
+
+@case("params-steps-repeated")
+def _(t: Ctx) -> Expect:
+    params = runs_params(t.tmp, steps=[20, 80, 20])
+    return Expect(
+        lambda: layout_from_params(params), ConfigError, ("runs.dapo.steps", "[20, 80, 20]")
+    )
+
+
+@case("params-num-shards-zero")
+def _(t: Ctx) -> Expect:
+    params = {**runs_params(t.tmp), "generation": {"num_shards": 0}}
+    return Expect(lambda: layout_from_params(params), ConfigError, ("generation.num_shards", "0"))
+
+
+@case("params-generation-not-mapping")
+def _(t: Ctx) -> Expect:
+    params = {**runs_params(t.tmp), "generation": ["num_shards", 8]}
+    return Expect(
+        lambda: layout_from_params(params), ConfigError, ("`generation`", "['num_shards', 8]")
+    )
+
+
+@case("params-unknown-run")
+def _(t: Ctx) -> Expect:
+    layout = layout_from_params(runs_params(t.tmp))
+    return Expect(lambda: layout.run("dapo_v2"), ConfigError, ("'dapo_v2'", "dapo"))
+
+
+@case("params-temperature")
+def _(t: Ctx) -> Expect:
+    return Expect(sampling(temperature=0), ConfigError, ("temperature", "0"))
+
+
+@case("params-top-p")
+def _(t: Ctx) -> Expect:
+    return Expect(sampling(top_p=1.5), ConfigError, ("top_p", "1.5", "(0, 1]"))
+
+
+@case("params-top-k")
+def _(t: Ctx) -> Expect:
+    return Expect(sampling(top_k="ten"), ConfigError, ("top_k", "'ten'"))
+
+
+@case("params-samples-per-prompt")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        sampling(samples_per_prompt=0), ConfigError, ("generation.samples_per_prompt", "0")
+    )
+
+
+@case("params-dtype")
+def _(t: Ctx) -> Expect:
+    return Expect(lambda: resolve_dtype("fp8", "cpu"), ConfigError, ("dtype", "'fp8'", "bfloat16"))
+
+
+@case("params-top-entropy-frac")
+def _(t: Ctx) -> Expect:
+    report = pd.DataFrame({"n_records": [3]})
+    return Expect(
+        lambda: compute_entropy_threshold(report, {"top_entropy_frac": 20}, run="dapo", step=20),
+        ConfigError,
+        ("aggregation.top_entropy_frac", "20", "(0, 1]"),
+    )
+
+
+# ------------------------------------------------------------------ generation
+
+
+@case("generation-nan-logits")
+def _(t: Ctx) -> Expect:
+    logits = torch.randn(4, 300, generator=torch.Generator().manual_seed(0))
+    logits[2, 17] = float("nan")
+    assert issubclass(NonFiniteLogitsError, InputDataError)
+    return Expect(
+        lambda: token_distribution_stats(logits),
+        NonFiniteLogitsError,
+        ("NaN logits", "row 2", "1 of 4 rows", "dtype float32"),
+    )
+
+
+@case("generation-checkpoint-not-resolved")
+def _(t: Ctx) -> Expect:
+    prompts = pd.DataFrame(
+        {"prompt_index": [0], "prompt_id": ["p0"], "prompt": ["x"], "answer": [None]}
+    )
+    checkpoints = {"dapo": {"steps": {"20": {"model_dir": str(t.tmp)}}}}
+    return Expect(
+        lambda: generate_shard(prompts, checkpoints, {}, GENERATION, run="dapo", step=40, shard=0),
+        ConfigError,
+        ("'dapo'", "step 40", "resolve_checkpoints"),
+    )
+
+
+# ------------------------------------------------------------------ aggregation / shard records
+
+
+@case("records-file-missing")
+def _(t: Ctx) -> Expect:
+    path = t.tmp / "token_records" / "dapo" / "step_20" / "shard_0.parquet"
+    catalog = DataCatalog(
+        {"dapo.step_20.shard_0.token_records": ArrowParquetDataset(filepath=str(path))}
+    )
+    return Expect(
+        lambda: catalog.load("dapo.step_20.shard_0.token_records"),
+        InputDataError,
+        ("dapo.step_20.shard_0.token_records", str(path), "does not exist"),
+    )
+
+
+@case("records-not-parquet")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "shard_0.parquet", b"PAR1\0\0 killed while writing")
+    return Expect(
+        lambda: ArrowParquetDataset(filepath=str(path)).load(),
+        InputDataError,
+        (str(path), "not a readable Parquet file", "delete it"),
+    )
+
+
+@case("records-missing-column")
+def _(t: Ctx) -> Expect:
+    path = t.tmp / "shard_0.parquet"
+    dataset = parquet_dataset(path, token_records([0.5, 0.1]).drop_columns(["entropy"]))
+    sequences = pd.DataFrame(
+        {"shard": [0], "prompt_index": [0], "sample_index": [0], "n_tokens": [2]}
+    )
+    prompts = pd.DataFrame({"prompt_index": [0], "prompt_id": ["p0"]})
+    generation = {**GENERATION, "samples_per_prompt": 1}
+    return Expect(
+        lambda: check_token_records(
+            sequences, prompts, generation, {}, {}, dataset, run="dapo", step=20
+        ),
+        InputDataError,
+        (str(path), "missing column(s) entropy"),
+    )
+
+
+@case("records-missing-shard")
+def _(t: Ctx) -> Expect:
+    dataset = parquet_dataset(t.tmp / "shard_0.parquet", SEQUENCE_SCHEMA.empty_table())
+    prompts = pd.DataFrame({"prompt_index": [0, 1], "prompt_id": ["p0", "p1"]})
+    generation = {**GENERATION, "num_shards": 2, "samples_per_prompt": 1}
+    return Expect(
+        lambda: check_sequences(prompts, generation, {}, {}, dataset, run="dapo", step=20),
+        InputDataError,
+        ("dapo.step_20.shard_1.sequences", "generation.num_shards is 2"),
+    )
+
+
+@case("records-nan-entropy")
+def _(t: Ctx) -> Expect:
+    path = t.tmp / "shard_0.parquet"
+    dataset = parquet_dataset(path, token_records([0.5, float("nan"), 0.1]))
+    report = pd.DataFrame({"n_records": [3]})
+    return Expect(
+        lambda: compute_entropy_threshold(
+            report, {"top_entropy_frac": 0.2}, dataset, run="dapo", step=20
+        ),
+        InputDataError,
+        (str(path), "column entropy is nan", "(0, 0, 1)"),
+    )
+
+
+# ------------------------------------------------------------------ lexicon
+
+
+def lexicon_from_yaml(ctx: Ctx, yaml_text: str) -> Callable[[], Any]:
+    """Load ``parameters_aggregation.yml`` with Kedro's config loader and run the merge node."""
+    write_text(ctx.tmp / "conf" / "base" / "parameters_aggregation.yml", yaml_text)
+    (ctx.tmp / "conf" / "local").mkdir(parents=True)
+    loader = OmegaConfigLoader(
+        conf_source=str(ctx.tmp / "conf"), base_env="base", default_run_env="local"
+    )
+    aggregation = loader["parameters"]["aggregation"]
+    sequences = pd.DataFrame({"prompt_index": [0], "shard": [0]})
+    return lambda: merge_token_records(sequences, None, aggregation)
+
+
+@case("lexicon-entry-not-string")
+def _(t: Ctx) -> Expect:
+    call = lexicon_from_yaml(
+        t, "aggregation:\n  lexicon:\n    anthropomorphic: [wait, hmm, yes]\n    reasoning: [so]\n"
+    )
+    return Expect(call, ConfigError, ("aggregation.lexicon.anthropomorphic[2]", "True", "quote it"))
+
+
+@case("lexicon-entry-number")
+def _(t: Ctx) -> Expect:
+    config = {"anthropomorphic": ["wait"], "reasoning": ["so", 1]}
+    return Expect(
+        lambda: parse_lexicon(config), ConfigError, ("aggregation.lexicon.reasoning[1]", "1", "int")
+    )
+
+
+@case("lexicon-entry-not-a-word")
+def _(t: Ctx) -> Expect:
+    config = {"reasoning": ["so", "let us"]}
+    return Expect(
+        lambda: parse_lexicon(config),
+        ConfigError,
+        ("aggregation.lexicon.reasoning[1]", "'let us'", "docs/aggregation.md"),
+    )
+
+
+@case("lexicon-category-name")
+def _(t: Ctx) -> Expect:
+    config = {"anthropomorphic": ["wait"], "other": ["the"]}
+    return Expect(lambda: parse_lexicon(config), ConfigError, ("category 'other'",))
+
+
+@case("lexicon-words-not-a-list")
+def _(t: Ctx) -> Expect:
+    config = {"anthropomorphic": "wait, hmm"}
+    return Expect(
+        lambda: parse_lexicon(config),
+        ConfigError,
+        ("aggregation.lexicon.anthropomorphic", "'wait, hmm'", "list of words"),
+    )
+
+
+@case("lexicon-not-a-mapping")
+def _(t: Ctx) -> Expect:
+    call = lexicon_from_yaml(t, "aggregation:\n  lexicon:\n    - wait\n    - so\n")
+    return Expect(call, ConfigError, ("aggregation.lexicon", "['wait', 'so']"))
+
+
+# ------------------------------------------------------------------ metrics sources
+
+
+@case("metrics-wandb-no-key")
+def _(t: Ctx) -> Expect:
+    t.monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    params = metrics_params({"wandb": {"entity": "team", "project": "grpo", "run_id": "9x8y7z"}})
+    return Expect(
+        lambda: fetch_wandb_history(params, run="dapo"),
+        ConfigError,
+        ("W&B API key", "conf/local/credentials.yml", "WANDB_API_KEY"),
+    )
+
+
+@case("metrics-offline-folder-missing")
+def _(t: Ctx) -> Expect:
+    folder = t.tmp / "wandb" / "offline-run-20260101_000000-abc123"
+    params = metrics_params({"wandb_offline": {"path": str(folder)}})
+    return Expect(
+        lambda: fetch_wandb_history(params, run="dapo"),
+        InputDataError,
+        (str(folder), "does not exist", "wandb_offline"),
+    )
+
+
+@case("metrics-offline-no-log")
+def _(t: Ctx) -> Expect:
+    folder = t.tmp / "wandb" / "offline-run-20260101_000000-abc123"
+    write_text(folder / "files" / "config.yaml", "lr: 1e-6\n")
+    params = metrics_params({"wandb_offline": {"path": str(folder)}})
+    return Expect(
+        lambda: fetch_wandb_history(params, run="dapo"),
+        InputDataError,
+        (str(folder), "no run-*.wandb"),
+    )
+
+
+@case("metrics-offline-several-runs")
+def _(t: Ctx) -> Expect:
+    folder = t.tmp / "wandb"
+    for name in ("offline-run-1-aaa", "offline-run-2-bbb"):
+        write_text(folder / name / f"run-{name[-3:]}.wandb", b"\0")
+    params = metrics_params({"wandb_offline": {"path": str(folder)}})
+    return Expect(
+        lambda: fetch_wandb_history(params, run="dapo"),
+        InputDataError,
+        (str(folder), "offline-run-1-aaa", "offline-run-2-bbb"),
+    )
+
+
+@case("metrics-offline-log-empty")
+def _(t: Ctx) -> Expect:
+    pytest.importorskip("wandb")
+
+    log = write_text(t.tmp / "wandb" / "offline-run-1-abc" / "run-abc.wandb", b"")
+    params = metrics_params({"wandb_offline": {"path": str(log.parent)}})
+    return Expect(
+        lambda: fetch_wandb_history(params, run="dapo"),
+        InputDataError,
+        (str(log), "no history rows", "the log is empty"),
+    )
+
+
+@case("metrics-offline-log-corrupt")
+def _(t: Ctx) -> Expect:
+    pytest.importorskip("wandb")
+
+    log = write_text(t.tmp / "wandb" / "offline-run-1-abc" / "run-abc.wandb", b"not a log")
+    params = metrics_params({"wandb_offline": {"path": str(log.parent)}})
+    return Expect(
+        lambda: fetch_wandb_history(params, run="dapo"),
+        InputDataError,
+        ("cannot read W&B offline run", str(log)),
+    )
+
+
+@case("metrics-csv-missing")
+def _(t: Ctx) -> Expect:
+    path = t.tmp / "metrics" / "dapo.csv"
+    params = metrics_params({"csv": {"path": str(path)}})
+    return Expect(
+        lambda: read_csv_pass1(params, run="dapo"), InputDataError, (str(path), "does not exist")
+    )
+
+
+@case("metrics-csv-empty")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "dapo.csv", "")
+    params = metrics_params({"csv": {"path": str(path)}})
+    return Expect(
+        lambda: read_csv_pass1(params, run="dapo"), InputDataError, (str(path), "cannot be read")
+    )
+
+
+@case("metrics-csv-no-pass1-column")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "dapo.csv", "step,acc\n20,0.31\n80,0.42\n")
+    params = metrics_params({"csv": {"path": str(path)}})
+    return Expect(
+        lambda: read_csv_pass1(params, run="dapo"),
+        InputDataError,
+        (str(path), "no column 'pass1'", "pass1_column", "step, acc"),
+    )
+
+
+@case("metrics-csv-no-step-column")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "dapo.csv", "global_step,pass1\n20,0.31\n")
+    params = metrics_params({"csv": {"path": str(path)}})
+    return Expect(
+        lambda: read_csv_pass1(params, run="dapo"),
+        InputDataError,
+        (str(path), "no column 'step'", "step_column", "global_step"),
+    )
+
+
+@case("metrics-csv-not-a-number")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "dapo.csv", "step,pass1\n20,0.31\n80,n/a%\n")
+    params = metrics_params({"csv": {"path": str(path)}})
+    return Expect(
+        lambda: read_csv_pass1(params, run="dapo"),
+        InputDataError,
+        (str(path), "column pass1", "'n/a%'"),
+    )
+
+
+@case("metrics-csv-step-not-integer")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "dapo.csv", "step,pass1\n20,0.31\n80.5,0.42\n")
+    params = metrics_params({"csv": {"path": str(path)}})
+    return Expect(
+        lambda: read_csv_pass1(params, run="dapo"),
+        InputDataError,
+        (str(path), "column step", "80.5", "not an integer"),
+    )
+
+
+@case("metrics-source-unknown")
+def _(t: Ctx) -> Expect:
+    params = {**runs_params(t.tmp), "metrics": metrics_params({"tensorboard": {"path": "tb"}})}
+    layout = layout_from_params(params)
+    return Expect(
+        lambda: create_metrics_pipeline(layout, params),
+        ConfigError,
+        ("metrics.runs.dapo.sources", "'tensorboard'", "wandb_offline"),
+    )
+
+
+@case("metrics-source-option-missing")
+def _(t: Ctx) -> Expect:
+    params = metrics_params({"csv": {"step_column": "step"}})
+    return Expect(
+        lambda: parse_run_config(params, "dapo"),
+        ConfigError,
+        ("metrics.runs.dapo.sources.csv.path",),
+    )
+
+
+@case("metrics-source-option-unknown")
+def _(t: Ctx) -> Expect:
+    params = metrics_params({"csv": {"path": "x.csv", "pass1": "acc"}})
+    return Expect(
+        lambda: parse_run_config(params, "dapo"),
+        ConfigError,
+        ("metrics.runs.dapo.sources.csv", "option(s) pass1", "pass1_column"),
+    )
+
+
+@case("metrics-two-wandb-sources")
+def _(t: Ctx) -> Expect:
+    params = metrics_params(
+        {"wandb": {"entity": "e", "project": "p", "run_id": "r"}, "wandb_offline": {"path": "w"}}
+    )
+    return Expect(
+        lambda: parse_run_config(params, "dapo"),
+        ConfigError,
+        ("metrics.runs.dapo.sources", "both wandb and wandb_offline"),
+    )
+
+
+@case("metrics-figure-source-not-listed")
+def _(t: Ctx) -> Expect:
+    params = metrics_params({"generated": {}}, figure_source="wandb")
+    return Expect(
+        lambda: parse_run_config(params, "dapo"),
+        ConfigError,
+        ("metrics.runs.dapo.figure_source", "'wandb'", "generated"),
+    )
+
+
+@case("metrics-generated-no-column")
+def _(t: Ctx) -> Expect:
+    summary = pd.DataFrame({"run": ["dapo"], "step": [20], "n_tokens": [100]})
+    params = metrics_params({"generated": {}})
+    return Expect(
+        lambda: collect_run_pass1(
+            params, summary_by_step=summary, run="dapo", checkpoint_steps=[20]
+        ),
+        InputDataError,
+        ("summary_by_step", "pass1_generated", "aggregation"),
+    )
+
+
+# ------------------------------------------------------------------ reporting (strict mode)
+
+
+@case("reporting-strict-fig3-steps-missing")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        plan({**STRICT, "fig3": {"steps": None}}),
+        ConfigError,
+        ("reporting.strict", "reporting.fig3.steps is not set", "[20, 80, 200]"),
+    )
+
+
+@case("reporting-strict-role-pair-missing")
+def _(t: Ctx) -> Expect:
+    runs = {"dapo_with_clip": REPORT_RUNS["dapo_with_clip"]}
+    return Expect(
+        plan(STRICT, runs=runs),
+        ConfigError,
+        ("role pair", "without_clip", "dapo_with_clip=with_clip", "reporting.strict: false"),
+    )
+
+
+@case("reporting-strict-fig3-step-without-records")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        plan({**STRICT, "fig3": {"steps": [20, 200]}}),
+        ConfigError,
+        ("run dapo_with_clip", "run dapo_without_clip", "[200]", "token_probability_mass"),
+    )
+
+
+@case("reporting-strict-run-without-pass1")
+def _(t: Ctx) -> Expect:
+    pass1 = reporting_inputs()["pass1"]
+    pass1.loc[pass1["run"] == "dapo_without_clip", "pass1"] = np.nan
+    return Expect(
+        plan(STRICT, pass1=pass1),
+        ConfigError,
+        ("run dapo_without_clip", "no pass@1 at any of its steps", "figure source: csv"),
+    )
+
+
+@case("reporting-fig3-steps-malformed")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        plan({**STRICT, "fig3": {"steps": "20, 80, 200"}}),
+        ConfigError,
+        ("reporting.fig3.steps", "'20, 80, 200'"),
+    )
+
+
+@case("reporting-top-n-words")
+def _(t: Ctx) -> Expect:
+    return Expect(plan({**STRICT, "top_n_words": 0}), ConfigError, ("reporting.top_n_words", "0"))
+
+
+@case("reporting-section-malformed")
+def _(t: Ctx) -> Expect:
+    return Expect(plan({**STRICT, "fig3": [20, 80]}), ConfigError, ("reporting.fig3", "[20, 80]"))
+
+
+@case("reporting-strict-not-boolean")
+def _(t: Ctx) -> Expect:
+    return Expect(plan({**STRICT, "strict": "false"}), ConfigError, ("reporting.strict", "'false'"))
+
+
+# ------------------------------------------------------------------ publish
+
+
+@case("publish-other-environment")
+def _(t: Ctx) -> Expect:
+    config = resolved_config("qae_repro", {"figure2_png": {"path": "a.png", "filepath": "a.png"}})
+    return Expect(
+        lambda: plan_publication(config, {"env": "local"}, {"env_name": None}),
+        ConfigError,
+        ("'qae_repro'", "kedro run --pipeline reporting"),
+    )
+
+
+@case("publish-no-artifact-paths")
+def _(t: Ctx) -> Expect:
+    config = resolved_config(None, {"figure2_png": {"filepath": "a.png"}})
+    return Expect(
+        lambda: plan_publication(config, {"env": None}, {}),
+        ConfigError,
+        ("figure2_png", "ProvenanceHooks"),
+    )
+
+
+@case("publish-env-name")
+def _(t: Ctx) -> Expect:
+    config = resolved_config(None, {"figure2_png": {"path": "a.png", "filepath": "a.png"}})
+    return Expect(
+        lambda: plan_publication(config, {"env": None}, {"env_name": "../qae"}),
+        ConfigError,
+        ("publish.env_name", "'../qae'"),
+    )
+
+
+@case("publish-source-missing")
+def _(t: Ctx) -> Expect:
+    root = t.tmp / "results" / "final_artifacts"
+    catalog = DataCatalog({"final_artifacts": PublishedArtifactsDataset(filepath=str(root))})
+    source = t.tmp / "data" / "08_reporting" / "figure2.png"
+    plan_ = {
+        "env": "base",
+        "project_path": str(t.tmp),
+        "files": {"figure2.png": {"path": str(source)}},
+    }
+    return Expect(
+        lambda: catalog.save("final_artifacts", plan_),
+        InputDataError,
+        ("final_artifacts", str(source), "do not exist"),
+        outputs=(root / "base" / "figure2.png", root / "base" / "MANIFEST.json"),
+    )
+
+
+@case("publish-destination-blocked")
+def _(t: Ctx) -> Expect:
+    results = write_text(t.tmp / "results", "not a folder")
+    source = write_text(t.tmp / "figure2.png", b"\x89PNG")
+    dataset = PublishedArtifactsDataset(filepath=str(results / "final_artifacts"))
+    plan_ = {
+        "env": "base",
+        "project_path": str(t.tmp),
+        "files": {"figure2.png": {"path": str(source)}},
+    }
+    return Expect(
+        lambda: dataset.save(plan_),
+        OutputWriteError,
+        (str(results), "is a file, not a folder"),
+        outputs=(results,),
+    )
+
+
+# ------------------------------------------------------------------ outputs (disk)
+
+
+@case("outputs-folder-is-a-file")
+def _(t: Ctx) -> Expect:
+    blocker = write_text(t.tmp / "data" / "02_intermediate", "a file where a folder should be")
+    target = blocker / "token_records" / "dapo" / "step_20" / "shard_0.parquet"
+    dataset = ArrowParquetDataset(filepath=str(target), schema="token_records")
+    return Expect(
+        lambda: dataset.save(token_records([0.5, 0.1])),
+        OutputWriteError,
+        (str(target), str(blocker), "is a file, not a folder"),
+        outputs=(target, blocker),
+    )
+
+
+@case("outputs-versioned-csv-blocked")
+def _(t: Ctx) -> Expect:
+    install_atomic_local_writes()  # as settings.py does for every kedro run
+    blocker = write_text(t.tmp / "08_reporting", "a file where a folder should be")
+    catalog = DataCatalog.from_config(
+        {
+            "figure3_table": {
+                "type": "pandas.CSVDataset",
+                "filepath": str(blocker / "tables" / "figure3.csv"),
+                "versioned": True,
+            }
+        }
+    )
+    return Expect(
+        lambda: catalog.save("figure3_table", pd.DataFrame({"word": ["wait"], "count": [3]})),
+        OutputWriteError,
+        ("figure3_table", str(blocker), "is a file, not a folder"),
+        outputs=(blocker,),
+    )
+
+
+@case("outputs-unwritable-folder")
+def _(t: Ctx) -> Expect:
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders; outputs-folder-is-a-file covers this")
+    folder = t.tmp / "04_feature"
+    folder.mkdir()
+    folder.chmod(0o555)
+    t.request.addfinalizer(lambda: folder.chmod(0o755))
+    target = folder / "high_entropy_positions.parquet"
+    return Expect(
+        lambda: write_parquet_atomically(target, pa.table({"a": [1]})),
+        OutputWriteError,
+        (str(target), "Permission denied", "permissions"),
+        outputs=(target,),
+    )
+
+
+@case("outputs-disk-full")
+def _(t: Ctx) -> Expect:
+    target = t.tmp / "03_primary" / "step_20.parquet"
+    dataset = ArrowParquetDataset(filepath=str(target))
+    dataset.save(pa.table({"entropy": [0.1, 0.2]}))  # the complete file of an earlier run
+
+    def no_space(self: Any, table: Any, *args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    t.monkeypatch.setattr(pq.ParquetWriter, "write_table", no_space)
+    return Expect(
+        lambda: dataset.save(pa.table({"entropy": [0.3, 0.4, 0.5]})),
+        OutputWriteError,
+        (str(target), "No space left on device", "free disk space"),
+        outputs=(target,),
+    )
+
+
+# ------------------------------------------------------------------ runner
+
+
+@case("runner-too-many-gpus")
+def _(t: Ctx) -> Expect:
+    return Expect(lambda: resolve_slots(4096), ConfigError, ("gpus=4096", "gpus=cpu"))
+
+
+@case("runner-cpu-workers")
+def _(t: Ctx) -> Expect:
+    return Expect(lambda: resolve_slots("cpu", 0), ConfigError, ("cpu_workers=0",))
+
+
+# ------------------------------------------------------------------ mini_rl
+
+
+@case("mini-rl-run-not-in-runs")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        lambda: training_specs(mini_rl_params(), {"dapo": {}}, check_trainer_args=False),
+        ConfigError,
+        ("mini_rl.runs.dapo_with_clip", "`runs`"),
+    )
+
+
+@case("mini-rl-steps-not-saved")
+def _(t: Ctx) -> Expect:
+    runs = {"dapo_with_clip": {"checkpoint_root": str(t.tmp), "steps": [0, 3]}}
+    return Expect(
+        lambda: training_specs(mini_rl_params(), runs, check_trainer_args=False),
+        ConfigError,
+        ("runs.dapo_with_clip.steps", "[3]", "[0, 2, 4]"),
+    )
+
+
+@case("mini-rl-reward")
+def _(t: Ctx) -> Expect:
+    runs = {"dapo_with_clip": {"checkpoint_root": str(t.tmp)}}
+    return Expect(
+        lambda: training_specs(mini_rl_params(reward="exact"), runs, check_trainer_args=False),
+        ConfigError,
+        ("mini_rl.reward", "'exact'", "integer_match"),
+    )
+
+
+@case("mini-rl-task-kind")
+def _(t: Ctx) -> Expect:
+    task = {"num_train": 4, "num_validation": 2, "seed": 0, "kinds": ["add", "calculus"]}
+    return Expect(
+        lambda: generate_task_sets(task), ConfigError, ("mini_rl.task.kinds", "'calculus'")
+    )
+
+
+@case("mini-rl-foreign-checkpoints")
+def _(t: Ctx) -> Expect:
+    root = t.tmp / "checkpoints" / "dapo_with_clip"
+    weights = hf_folder(root / "global_step_100" / "actor_hf") / "model.safetensors"
+    runs = {"dapo_with_clip": {"checkpoint_root": str(root)}}
+    (spec,) = training_specs(mini_rl_params(), runs, check_trainer_args=False)
+    return Expect(
+        lambda: clear_run_outputs(spec),
+        ConfigError,
+        (str(root), "steps [100]", "runs.dapo_with_clip.checkpoint_root"),
+        outputs=(weights,),
+    )
+
+
+# ------------------------------------------------------------------ the tests
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("case_id", list(CASES))
+def test_bad_input_gives_one_actionable_line(case_id, tmp_path, monkeypatch, request):
+    expect = CASES[case_id](Ctx(tmp=tmp_path, monkeypatch=monkeypatch, request=request))
+    before = {path: _state(path) for path in expect.outputs}
+    folders = {_existing_folder(path) for path in expect.outputs}
+    listings = {folder: sorted(os.listdir(folder)) for folder in folders}
+
+    with pytest.raises(Exception) as info:  # the type is checked below
+        expect.call()
+
+    error = info.value
+    hed_error = error if isinstance(error, HEDError) else error.__cause__
+    assert isinstance(hed_error, expect.error), f"{type(error).__name__}: {error}"
+    if error is not hed_error:  # Kedro's catalog wrapper: "<dataset>: <HED message>"
+        assert isinstance(error, DatasetError)
+        assert str(error).endswith(str(hed_error))
+    message = str(error)
+    assert message.strip() and "\n" not in message, message
+    for marker in TRACEBACK_MARKERS:
+        assert marker not in message, message
+    for name in expect.names:
+        assert name in message, f"{name!r} not in {message!r}"
+    for path, state in before.items():
+        assert _state(path) == state, f"{path} changed"
+        if state is None:
+            assert not path.exists(), f"{path} was created"
+    for folder, listing in listings.items():
+        assert sorted(os.listdir(folder)) == listing, f"{folder} gained an entry"
+
+
+def test_every_case_is_in_docs_errors_md():
+    doc = ERRORS_DOC.read_text(encoding="utf-8")
+    missing = [case_id for case_id in CASES if f"`{case_id}`" not in doc]
+    assert not missing, f"docs/errors.md does not list {missing}"
+
+
+def test_the_catalogue_covers_every_area():
+    areas = {case_id.split("-", 1)[0] for case_id in CASES}
+    assert areas >= {
+        "prompts",
+        "checkpoints",
+        "params",
+        "generation",
+        "records",
+        "lexicon",
+        "metrics",
+        "reporting",
+        "publish",
+        "outputs",
+        "runner",
+        "mini",
+    }
+    assert len(CASES) >= 25

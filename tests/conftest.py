@@ -88,3 +88,27 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"{SHARED_DATA} not present (real benchmark files live only in ../shared/data)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def uninterrupted_small_step(tmp_path_factory, smollm2_dir):
+    """A small step generated and aggregated in one sequential ``kedro run`` (subprocess).
+
+    Returns:
+        (project, snapshot): see :func:`tests.project_copy.uninterrupted_run`.
+    """
+    from .project_copy import uninterrupted_run
+
+    return uninterrupted_run(tmp_path_factory.mktemp("uninterrupted"), smollm2_dir)
+
+
+@pytest.fixture(scope="session")
+def resumed_small_step(tmp_path_factory, smollm2_dir):
+    """The same step on ``GPURunner`` with two CPU workers, SIGKILLed, resumed, aggregated.
+
+    Returns:
+        :class:`tests.project_copy.ResumedRun`.
+    """
+    from .project_copy import kill_resume_aggregate
+
+    return kill_resume_aggregate(tmp_path_factory.mktemp("killed"), smollm2_dir)

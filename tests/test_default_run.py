@@ -10,7 +10,6 @@ both figures.
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,40 +21,14 @@ import pytest
 from hed.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 
 from .conftest import REPO_ROOT
+from .project_copy import RUN, copy_project, latest, run_kedro
 
 pytestmark = pytest.mark.slow
 
-RUN = "smollm2_demo"
 RUNTIME_PARAMS = {  # nested, as `kedro run --params "prompts.num_prompts=6,..."` produces
     "prompts": {"num_prompts": 6},
     "generation": {"max_new_tokens": 40, "samples_per_prompt": 2, "num_shards": 2, "batch_size": 6},
 }
-
-
-def copy_project(dest: Path, smollm2_dir: Path) -> Path:
-    """Copy what a fresh clone has (conf, demo prompts, pyproject) and link the cached model."""
-    shutil.copytree(REPO_ROOT / "conf", dest / "conf", ignore=shutil.ignore_patterns("credentials*"))
-    (dest / "data" / "01_raw" / "prompts").mkdir(parents=True)
-    shutil.copy(REPO_ROOT / "data/01_raw/prompts/demo_math.jsonl", dest / "data/01_raw/prompts/")
-    shutil.copy(REPO_ROOT / "pyproject.toml", dest / "pyproject.toml")
-    shutil.copy(REPO_ROOT / ".telemetry", dest / ".telemetry")
-    # Kedro's CLI and IPython extension need the source folder inside the project
-    shutil.copytree(REPO_ROOT / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    step_dir = dest / "data/01_raw/checkpoints" / RUN / "global_step_0"
-    step_dir.mkdir(parents=True)
-    (step_dir / "actor_hf").symlink_to(smollm2_dir, target_is_directory=True)
-    return dest
-
-
-def run_kedro(project: Path, pipeline: str | None = None, env: str | None = None, params: dict | None = None):
-    """Run a pipeline of the project at ``project`` in this process with SequentialRunner."""
-    from kedro.framework.project import configure_project, pipelines
-    from kedro.framework.session import KedroSession
-
-    configure_project("hed")
-    pipelines.configure("hed.pipeline_registry")  # rebuild: the layout depends on env and params
-    with KedroSession.create(project_path=project, env=env, runtime_params=params or {}) as session:
-        session.run(pipeline_names=[pipeline] if pipeline else None)
 
 
 @pytest.fixture(scope="session")
@@ -63,13 +36,6 @@ def default_project(tmp_path_factory, smollm2_dir) -> Path:
     project = copy_project(tmp_path_factory.mktemp("default_project"), smollm2_dir)
     run_kedro(project, params=RUNTIME_PARAMS)
     return project
-
-
-def latest(path: Path) -> Path:
-    """The newest version of a versioned dataset file."""
-    versions = sorted(p for p in path.iterdir() if (p / path.name).exists())
-    assert versions, f"no version of {path}"
-    return versions[-1] / path.name
 
 
 def test_shard_records_have_the_contract_schema_and_ranges(default_project, tokenizer):

@@ -6,17 +6,28 @@ kedro-datasets write through fsspec: ``with self._fs.open(path, "wb") as f: ...`
 opens a temporary file in the target folder and renames it onto the target only when the
 ``with`` block ends without an exception; on an exception or a killed process the target is
 never created, so neither ``exists()``, ``--only-missing-outputs`` nor a later load sees a
-half-written CSV, JSON, Parquet or PNG. A versioned dataset's version folder may be left empty
-by a kill; Kedro ignores version folders without the file.
+half-written CSV, JSON, Parquet or PNG.
+
+A temporary file is named ``.<name>.<host>-<pid>.<random>.tmp`` after the process writing it.
+A process killed while writing (SIGKILL, out of memory, power cut) cannot remove its own, so
+the next save of the same dataset does (:func:`remove_stale_temporaries`): every temporary of
+that file, in its folder or in a sibling version folder of a versioned dataset, whose writer
+ran on this host and is gone; a version folder left empty by that goes too. Temporaries of
+live processes and of other hosts are left alone. Kedro ignores version folders without the
+file, so a leftover never counts as a version.
 
 Reads and every other filesystem operation are plain ``LocalFileSystem`` behaviour.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import re
+import socket
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import fsspec
@@ -25,9 +36,109 @@ from fsspec.implementations.local import LocalFileOpener, LocalFileSystem
 from hed.errors import OutputWriteError
 
 
-def _write_error(path: str, exc: OSError) -> OutputWriteError:
-    reason = exc.strerror or str(exc)
-    return OutputWriteError(f"cannot write {path}: {reason}; free disk space or fix the folder's permissions")
+def _blocking_file(path: str | os.PathLike) -> str | None:
+    """The nearest existing ancestor of ``path`` that is a file, not a folder (or None)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while parent and not os.path.exists(parent):
+        up = os.path.dirname(parent)
+        if up == parent:
+            return None
+        parent = up
+    return parent if parent and not os.path.isdir(parent) else None
+
+
+def write_error(path: str | os.PathLike, exc: OSError) -> OutputWriteError:
+    """The one-line :class:`~hed.errors.OutputWriteError` for an ``OSError`` writing ``path``.
+
+    The message names ``path``, the reason and the remedy: a file standing where a folder of
+    the path should be is named as such (``mkdir`` reports it as "File exists" or "Not a
+    directory"); a full disk asks to free space; anything else (permissions, read-only
+    filesystem) asks to fix the folder.
+    """
+    blocker = _blocking_file(path)
+    if blocker is not None:
+        return OutputWriteError(
+            f"cannot write {path}: {blocker} is a file, not a folder; move it away or change "
+            "the output path"
+        )
+    reason = exc.strerror or (str(exc).splitlines() or [type(exc).__name__])[0]
+    if exc.errno == errno.ENOSPC:
+        return OutputWriteError(f"cannot write {path}: {reason}; free disk space and rerun")
+    return OutputWriteError(
+        f"cannot write {path}: {reason}; free disk space or fix the folder's permissions"
+    )
+
+
+def temporary_prefix(target: str | os.PathLike) -> str:
+    """``mkstemp`` prefix of a temporary file for ``target``: ``.<name>.<host>-<pid>.``."""
+    return f".{Path(target).name}.{_host()}-{os.getpid()}."
+
+
+def remove_stale_temporaries(target: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files that killed writers of ``target`` left behind.
+
+    Looks in ``target``'s folder and, when ``target`` is a version of a versioned dataset
+    (``<name>/<version>/<name>``), in every version folder of it. A temporary is removed only
+    when its name says it was written on this host by a process that no longer runs; a version
+    folder it leaves empty is removed too. Never raises: cleaning up must not fail a save.
+
+    Args:
+        target: the file about to be written.
+
+    Returns:
+        The temporary files removed.
+    """
+    target = Path(target)
+    folders = [target.parent]
+    versions = target.parent.parent
+    if versions.name == target.name:
+        try:
+            folders = sorted(p for p in versions.iterdir() if p.is_dir())
+        except OSError:
+            return []
+    owner = re.compile(rf"^\.{re.escape(target.name)}\.(?P<host>.+)-(?P<pid>\d+)\.[^.]+\.tmp$")
+    removed = []
+    for folder in folders:
+        try:
+            candidates = list(folder.glob(f".{target.name}.*.tmp"))
+        except OSError:
+            continue
+        for candidate in candidates:
+            match = owner.match(candidate.name)
+            if match is None or match["host"] != _host() or _running(int(match["pid"])):
+                continue
+            try:
+                candidate.unlink()
+            except OSError:
+                continue
+            removed.append(candidate)
+            if folder != target.parent:
+                try:
+                    folder.rmdir()  # only when now empty
+                except OSError:
+                    pass
+    return removed
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (Linux: read from /proc)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 class _AtomicLocalFile(LocalFileOpener):
@@ -40,11 +151,14 @@ class _AtomicLocalFile(LocalFileOpener):
 
     def _open(self) -> None:
         if self.f is None or self.f.closed:
-            folder, name = os.path.split(self.path)
+            folder = os.path.dirname(self.path)
+            remove_stale_temporaries(self.path)
             try:
-                fd, self.temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder or ".")
+                fd, self.temp = tempfile.mkstemp(
+                    prefix=temporary_prefix(self.path), suffix=".tmp", dir=folder or "."
+                )
             except OSError as exc:
-                raise _write_error(self.path, exc) from None
+                raise write_error(self.path, exc) from None
             os.close(fd)
             self.f = open(self.temp, mode=self.mode)  # noqa: SIM115 - closed in close()
 
@@ -68,7 +182,7 @@ class _AtomicLocalFile(LocalFileOpener):
         except OSError as exc:
             self.f.close()
             self.discard()
-            raise _write_error(self.path, exc) from None
+            raise write_error(self.path, exc) from None
 
     def discard(self) -> None:
         if os.path.exists(self.temp):
@@ -102,7 +216,7 @@ class AtomicLocalFileSystem(LocalFileSystem):
             try:
                 self.makedirs(self._parent(path), exist_ok=True)
             except OSError as exc:
-                raise _write_error(path, exc) from None
+                raise write_error(path, exc) from None
             return _AtomicLocalFile(path, mode, fs=self, **kwargs)
         return super()._open(path, mode, block_size=block_size, **kwargs)
 

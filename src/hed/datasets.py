@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -26,7 +28,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError, Version
 
-from hed.errors import InputDataError, OutputWriteError
+from hed.atomic_io import remove_stale_temporaries, temporary_prefix, write_error
+from hed.errors import InputDataError
+
+logger = logging.getLogger(__name__)
 
 TableLike = pa.Table | pa.RecordBatch | pd.DataFrame
 
@@ -72,9 +77,11 @@ def write_parquet_atomically(
     writer_args = {"compression": "zstd", **writer_args}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        remove_stale_temporaries(path)
+        prefix = temporary_prefix(path)
+        fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}; free disk space or fix the folder's permissions") from None
+        raise write_error(path, exc) from None
     os.close(fd)
     writer = None
     n_rows = 0
@@ -110,9 +117,7 @@ def _as_write_error(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise OutputWriteError(
-            f"cannot write {path}: {exc.strerror or exc}; free disk space or fix the folder's permissions"
-        ) from None
+        raise write_error(path, exc) from None
 
 
 def _discard(writer: pq.ParquetWriter | None, tmp_name: str) -> None:
@@ -189,10 +194,18 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
 
     def load(self) -> ds.Dataset:
         path = self.load_path
+        if not path.exists():
+            raise InputDataError(
+                f"{path} does not exist: run the pipeline that writes it "
+                "(`kedro run --pipeline generation` or `--pipeline aggregation`)"
+            )
         try:
             return ds.dataset(str(path), format="parquet")
         except (pa.ArrowInvalid, OSError) as exc:
-            raise InputDataError(f"{path}: not a readable Parquet file ({exc}); delete it and rerun") from None
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise InputDataError(
+                f"{path}: not a readable Parquet file ({reason}); delete it and rerun"
+            ) from None
 
     def save(self, data: Any) -> None:
         write_parquet_atomically(
@@ -200,11 +213,32 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
         )
 
     def _exists(self) -> bool:
+        """Whether the version to load is there *and* a complete Parquet file.
+
+        HED writes atomically, so an incomplete file (truncated, half-copied) can only come
+        from elsewhere; it counts as missing, with a warning naming it, so that
+        ``--only-missing-outputs`` runs the node that writes it again (into a new version;
+        the bad file is left in place, and a plain load of it still fails naming it).
+        """
         try:
             path = self._get_load_path()
         except DatasetError:
             return False
-        return self._fs.exists(str(path))
+        if not self._fs.exists(str(path)):
+            return False
+        try:
+            pq.read_metadata(str(path))
+        except (pa.ArrowInvalid, OSError) as exc:
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            logger.warning(
+                "%s is not a complete Parquet file (%s): HED never leaves one, so it was "
+                "copied or written by something else; it counts as missing and is written "
+                "again by the node that makes it",
+                path,
+                reason,
+            )
+            return False
+        return True
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._filepath), "version": self._version, "schema": self._schema_name}
@@ -215,6 +249,23 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
 
     def _invalidate_cache(self) -> None:
         self._fs.invalidate_cache(str(self._filepath))
+
+
+def _first_bad_json_line(path: Path) -> str | None:
+    """``line N, column C is not valid JSON (<problem>)`` for a JSON Lines file's first bad line."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    json.loads(line.rstrip("\r\n"))
+                except json.JSONDecodeError as exc:
+                    problem = exc.msg.removesuffix(" at").removesuffix(" starting")
+                    return f"line {number}, column {exc.colno} is not valid JSON ({problem})"
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
 
 
 class PromptFileDataset(AbstractDataset[None, pd.DataFrame]):
@@ -232,6 +283,11 @@ class PromptFileDataset(AbstractDataset[None, pd.DataFrame]):
 
     def load(self) -> pd.DataFrame:
         path = Path(self._filepath)
+        if path.is_dir():
+            raise InputDataError(
+                f"prompt file {path} is a folder: set `filepath` of `raw_prompts` in the catalog "
+                "to a .jsonl or .parquet file"
+            )
         if not path.is_file():
             raise InputDataError(f"prompt file {path} does not exist: fix `filepath` of `raw_prompts` in the catalog")
         if path.stat().st_size == 0:
@@ -247,8 +303,13 @@ class PromptFileDataset(AbstractDataset[None, pd.DataFrame]):
         except InputDataError:
             raise
         except Exception as exc:  # noqa: BLE001 - pandas/pyarrow raise many types
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise InputDataError(f"prompt file {path} cannot be read: {first}") from None
+            if isinstance(exc, UnicodeDecodeError):
+                reason = f"not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
+            else:
+                reason = (suffix == ".jsonl" and _first_bad_json_line(path)) or (
+                    str(exc).splitlines() or [type(exc).__name__]
+                )[0]
+            raise InputDataError(f"prompt file {path} cannot be read: {reason}") from None
         if frame.empty:
             raise InputDataError(f"prompt file {path} has no rows: it needs one problem per row")
         return frame.assign(source_file=str(self._filepath))

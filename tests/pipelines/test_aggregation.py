@@ -53,9 +53,19 @@ def _vocabulary(responses) -> dict[str, int]:
 
 
 def shard_tables(
-    responses, num_shards: int, run: str = "r", step: int = 0, special_end: bool = True
+    responses,
+    num_shards: int,
+    run: str = "r",
+    step: int = 0,
+    special_end: bool = True,
+    *,
+    recorded: dict | None = None,
 ):
-    """(records, sequences) tables per shard, as generation writes them."""
+    """(records, sequences) tables per shard, as generation writes them.
+
+    ``hed.generation`` holds run, step, shard and num_shards, plus the fields of ``recorded``
+    (e.g. :data:`RECORDED`) with the shard's prompt ids, when given.
+    """
     vocab = _vocabulary(responses)
     ok = vocab[" ok"]  # every position's second candidate
     out = []
@@ -100,11 +110,11 @@ def shard_tables(
                     "correct": (p + s) % 2 == 0,
                 }
             )
-        meta = {
-            b"hed.generation": json.dumps(
-                {"run": run, "step": step, "shard": shard, "num_shards": num_shards}
-            )
-        }
+        fields = {"run": run, "step": step, "shard": shard, "num_shards": num_shards}
+        if recorded is not None:
+            ids = sorted({f"id{p}" for p, _ in responses if p % num_shards == shard})
+            fields = {"prompt_ids": ids, **recorded, **fields}
+        meta = {b"hed.generation": json.dumps(fields)}
         records = pa.Table.from_pylist(rows, schema=TOKEN_RECORD_SCHEMA).replace_schema_metadata(
             meta
         )
@@ -129,14 +139,81 @@ def prompts_frame(n: int = 3) -> pd.DataFrame:
     )
 
 
-GENERATION = {"num_shards": 2, "samples_per_prompt": 2}
+GENERATION = {
+    "num_shards": 2,
+    "samples_per_prompt": 2,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": None,
+    "max_new_tokens": 5,
+    "batch_size": 8,
+    "seed": 0,
+    "top_prob_k": 2,
+    "dtype": "auto",
+    "torch_threads": None,
+    "log_every_s": 30,
+}
+PROMPT_PARAMS = {"apply_chat_template": True, "enable_thinking": None, "system_prompt": None}
+CHECKPOINTS = {
+    "r": {
+        "role": "single",
+        "checkpoint_root": "ckpt",
+        "steps": {
+            str(s): {
+                "model_dir": "ckpt",
+                "config_sha256": "c" * 64,
+                "weights_index_sha256": "w" * 64,
+            }
+            for s in (0, 5, 10)
+        },
+    }
+}
+
+#: What generate_shard records for GENERATION, PROMPT_PARAMS and CHECKPOINTS on a CPU.
+RECORDED = {
+    "samples_per_prompt": 2,
+    "sampling": {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": None,
+        "max_new_tokens": 5,
+        "top_prob_k": 2,
+        "seed": 0,
+        "batch_size": 8,
+    },
+    "dtype": "float32",
+    "device": "cpu",
+    "checkpoint": CHECKPOINTS["r"]["steps"]["0"],
+    "chat_template": PROMPT_PARAMS,
+    "hed_version": "0.0.test",
+}
 
 
-def run_checks(records, sequences, generation=GENERATION, prompts=None):
-    checked = agg.check_sequences(
-        prompts if prompts is not None else prompts_frame(), generation, *sequences, run="r", step=0
+def check_sequences(
+    prompts, generation, *sequences, prompt_params=PROMPT_PARAMS, checkpoints=CHECKPOINTS
+):
+    """``agg.check_sequences`` for run "r" step 0 with the default current configuration."""
+    return agg.check_sequences(
+        prompts, generation, prompt_params, checkpoints, *sequences, run="r", step=0
     )
-    report = agg.check_token_records(checked, generation, *records, run="r", step=0)
+
+
+def run_checks(
+    records,
+    sequences,
+    generation=GENERATION,
+    prompts=None,
+    *,
+    prompt_params=PROMPT_PARAMS,
+    checkpoints=CHECKPOINTS,
+):
+    prompts = prompts if prompts is not None else prompts_frame()
+    checked = check_sequences(
+        prompts, generation, *sequences, prompt_params=prompt_params, checkpoints=checkpoints
+    )
+    report = agg.check_token_records(
+        checked, prompts, generation, prompt_params, checkpoints, *records, run="r", step=0
+    )
     return checked, report
 
 
@@ -160,7 +237,7 @@ def test_checks_pass_on_complete_step(tmp_path):
 def test_missing_shard_is_named(tmp_path):
     _records, sequences = write_shards(tmp_path, shard_tables(RESPONSES, 2))
     with pytest.raises(InputDataError) as exc:
-        agg.check_sequences(prompts_frame(), GENERATION, sequences[0], run="r", step=0)
+        check_sequences(prompts_frame(), GENERATION, sequences[0])
     assert "missing shard(s) r.step_0.shard_1.sequences" in one_line(exc)
 
 
@@ -196,14 +273,14 @@ def test_unexpected_extra_shard_is_named(tmp_path):
     _records, sequences = write_shards(tmp_path, tables)
     # three shard files but the configuration says two
     with pytest.raises(InputDataError) as exc:
-        agg.check_sequences(prompts_frame(), GENERATION, *sequences, run="r", step=0)
+        check_sequences(prompts_frame(), GENERATION, *sequences)
     message = one_line(exc)
     assert (
         "unexpected extra sequences shard 2" in message and "shard_2.sequences.parquet" in message
     )
     # shard files of a 3-shard generation read as 2 shards: their metadata says so
     with pytest.raises(InputDataError) as exc:
-        agg.check_sequences(prompts_frame(), GENERATION, *sequences[:2], run="r", step=0)
+        check_sequences(prompts_frame(), GENERATION, *sequences[:2])
     assert "num_shards=3" in one_line(exc) and "shard 2 would be unexpected" in str(exc.value)
 
 
@@ -211,7 +288,7 @@ def test_response_in_wrong_shard_is_named(tmp_path):
     tables = shard_tables(RESPONSES, 2)
     _records, sequences = write_shards(tmp_path, tables[::-1])  # shard files swapped
     with pytest.raises(InputDataError) as exc:
-        agg.check_sequences(prompts_frame(), GENERATION, *sequences, run="r", step=0)
+        check_sequences(prompts_frame(), GENERATION, *sequences)
     assert "shard_0.sequences.parquet" in one_line(exc)
 
 
@@ -293,6 +370,148 @@ def test_threshold_is_over_the_union_of_shards(tmp_path):
     )
     # N = 6, ⌈1.2⌉ = 2 tokens: 9 and 8; per shard the threshold would be 2 (shard 0) or 9 (shard 1)
     assert (selection.n_high_entropy, selection.threshold) == (2, 8.0)
+
+
+# --------------------------------------------------------------------------- staleness
+
+
+def current_shards(tmp_path, recorded=RECORDED):
+    """Shard files whose ``hed.generation`` metadata matches the default configuration."""
+    return write_shards(tmp_path, shard_tables(RESPONSES, 2, recorded=recorded))
+
+
+@pytest.mark.parametrize(
+    ("name", "now", "shown_then", "shown_now"),
+    [
+        ("temperature", 0.7, "1.0", "0.7"),
+        ("top_p", 0.95, "1.0", "0.95"),
+        ("top_k", 50, "null", "50"),
+        ("max_new_tokens", 8, "5", "8"),
+        ("seed", 1, "0", "1"),
+        ("top_prob_k", 5, "2", "5"),
+        ("samples_per_prompt", 3, "2", "3"),
+    ],
+)
+def test_shard_made_with_another_sampling_parameter_is_refused(
+    tmp_path, name, now, shown_then, shown_now
+):
+    records, sequences = current_shards(tmp_path)
+    with pytest.raises(InputDataError) as exc:
+        run_checks(records, sequences, generation={**GENERATION, name: now})
+    message = one_line(exc)
+    assert message.startswith(f"{tmp_path}/shard_0.sequences.parquet: stale shard: ")
+    assert (
+        f"generation.{name} was {shown_then} when it was generated but is {shown_now} now"
+        in message
+    )
+    assert f"delete {tmp_path}/ and rerun generation" in message
+    assert message.endswith(f"or set generation.{name}: {shown_then}")
+
+
+def test_shard_made_in_another_dtype_is_refused(tmp_path):
+    records, sequences = current_shards(tmp_path)
+    run_checks(records, sequences, generation={**GENERATION, "dtype": "float32"})  # = auto on CPU
+    with pytest.raises(InputDataError) as exc:
+        run_checks(records, sequences, generation={**GENERATION, "dtype": "bfloat16"})
+    assert "generation.dtype was float32 when it was generated but is bfloat16 now" in one_line(exc)
+
+
+def test_shards_of_one_step_in_two_dtypes_are_refused(tmp_path):
+    """``auto`` is bf16 on CUDA and fp32 on CPU: a step resumed on another machine mixes them."""
+    tables = shard_tables(RESPONSES, 2, recorded=RECORDED)
+    on_gpu = shard_tables(
+        RESPONSES, 2, recorded={**RECORDED, "dtype": "bfloat16", "device": "cuda"}
+    )
+    records, sequences = write_shards(tmp_path, [tables[0], on_gpu[1]])
+    with pytest.raises(InputDataError) as exc:
+        run_checks(records, sequences)
+    message = one_line(exc)
+    assert f"{tmp_path}/shard_1.sequences.parquet was generated in bfloat16" in message
+    assert f"{tmp_path}/shard_0.sequences.parquet in float32" in message
+
+
+def test_shard_from_another_checkpoint_is_refused(tmp_path):
+    records, sequences = current_shards(tmp_path)
+    retrained = json.loads(json.dumps(CHECKPOINTS))
+    retrained["r"]["steps"]["0"]["weights_index_sha256"] = "0123456789ab" + "0" * 52
+    with pytest.raises(InputDataError) as exc:
+        run_checks(records, sequences, checkpoints=retrained)
+    message = one_line(exc)
+    assert (
+        "stale shard: checkpoint weights_index_sha256 was wwwwwwwwwwww when it was generated "
+        "but is 0123456789ab (checkpoints dataset, ckpt) now" in message
+    )
+    assert message.endswith("or restore the checkpoint it was generated from")
+    # a moved checkpoint folder holds the same model: not stale
+    moved = json.loads(json.dumps(CHECKPOINTS))
+    moved["r"]["steps"]["0"]["model_dir"] = "/elsewhere/global_step_0/actor_hf"
+    run_checks(records, sequences, checkpoints=moved)
+
+
+def test_checkpoints_without_the_step_are_refused(tmp_path):
+    records, sequences = current_shards(tmp_path)
+    with pytest.raises(InputDataError) as exc:
+        run_checks(records, sequences, checkpoints={"r": {"steps": {"5": {}}}})
+    assert "the checkpoints dataset has no entry for r step 0" in one_line(exc)
+
+
+def test_shard_for_another_prompt_set_is_refused(tmp_path):
+    records, sequences = current_shards(tmp_path)
+    prompts = prompts_frame().assign(prompt_id=["id0", "other1", "id2"])
+    with pytest.raises(InputDataError) as exc:
+        run_checks(records, sequences, prompts=prompts)
+    message = one_line(exc)
+    assert message.startswith(f"{tmp_path}/shard_1.sequences.parquet: stale shard: prompt_ids was ")
+    assert (
+        "prompt_ids was 1 ids (1 not in the current prompts, e.g. id1) when it was generated "
+        "but is 1 ids (1 not in the shard, e.g. other1) now" in message
+    )
+
+
+def test_shard_rendered_with_another_chat_template_setting_is_refused(tmp_path):
+    records, sequences = current_shards(tmp_path)
+    with pytest.raises(InputDataError) as exc:
+        run_checks(
+            records, sequences, prompt_params={**PROMPT_PARAMS, "system_prompt": "Be brief."}
+        )
+    assert (
+        "prompts.system_prompt was null when it was generated but is 'Be brief.' now"
+        in one_line(exc)
+    )
+    # not set = the default (true); an empty system prompt = none
+    run_checks(records, sequences, prompt_params={"system_prompt": ""})
+    with pytest.raises(InputDataError, match=r"prompts\.apply_chat_template was true"):
+        run_checks(records, sequences, prompt_params={"apply_chat_template": False})
+
+
+def test_stale_token_records_next_to_current_sequences_are_refused(tmp_path):
+    tables = shard_tables(RESPONSES, 2, recorded=RECORDED)
+    hot = {**RECORDED, "sampling": {**RECORDED["sampling"], "temperature": 1.3}}
+    tables[1] = (shard_tables(RESPONSES, 2, recorded=hot)[1][0], tables[1][1])
+    records, sequences = write_shards(tmp_path, tables)
+    with pytest.raises(InputDataError) as exc:
+        run_checks(records, sequences)
+    assert one_line(exc).startswith(
+        f"{tmp_path}/shard_1.parquet: stale shard: generation.temperature was 1.3"
+    )
+
+
+def test_parameters_that_do_not_shape_the_records_are_not_compared(tmp_path):
+    records, sequences = current_shards(tmp_path)
+    unchanged = run_checks(records, sequences)
+    changed = {**GENERATION, "batch_size": 1, "torch_threads": 3, "log_every_s": 1}
+    checked, report = run_checks(records, sequences, generation=changed)
+    pd.testing.assert_frame_equal(checked, unchanged[0])
+    pd.testing.assert_frame_equal(report, unchanged[1])
+
+
+def test_shard_folder_of_versioned_and_plain_files():
+    root = "/d/data/02_intermediate/token_records/r/step_5"
+    versioned = (
+        f"{root}/shard_1.sequences.parquet/2026-01-02T03.04.05.678Z/shard_1.sequences.parquet"
+    )
+    assert agg._shard_folder(versioned) == root
+    assert agg._shard_folder(f"{root}/shard_0.parquet") == root
 
 
 # --------------------------------------------------------------------------- merge and tables
@@ -414,9 +633,11 @@ def layout(steps=(0, 5)) -> StudyLayout:
 def seed_catalog(catalog: DataCatalog, steps=(0, 5), broken_step=None) -> None:
     catalog["prompts"] = MemoryDataset(prompts_frame())
     catalog["params:generation"] = MemoryDataset(GENERATION)
+    catalog["params:prompts"] = MemoryDataset(PROMPT_PARAMS)
+    catalog["checkpoints"] = MemoryDataset(CHECKPOINTS)
     catalog["params:aggregation"] = MemoryDataset(AGGREGATION)
     for step in steps:
-        for k, (rec, seq) in enumerate(shard_tables(RESPONSES, 2, step=step)):
+        for k, (rec, seq) in enumerate(shard_tables(RESPONSES, 2, step=step, recorded=RECORDED)):
             catalog.save(f"r.step_{step}.shard_{k}.token_records", rec)
             catalog.save(f"r.step_{step}.shard_{k}.sequences", seq)
             if step == broken_step and k == 1:  # overwrite with a file that lacks a column
@@ -487,6 +708,20 @@ def test_pipeline_leaves_no_merged_file_on_bad_input(tmp_path):
     assert not (tmp_path / "data" / "03_primary").exists()
 
 
+def test_pipeline_refuses_a_step_generated_with_other_parameters(tmp_path):
+    catalog = tmp_catalog(tmp_path)
+    seed_catalog(catalog, steps=(0,))
+    catalog["params:generation"] = MemoryDataset({**GENERATION, "max_new_tokens": 64})
+    with pytest.raises(InputDataError) as exc:
+        SequentialRunner().run(create_pipeline(layout(steps=(0,))), catalog)
+    message = one_line(exc)
+    step_folder = tmp_path / "data/02_intermediate/token_records/r/step_0"
+    assert message.startswith(f"{step_folder}/shard_0.sequences.parquet/")
+    assert "generation.max_new_tokens was 5 when it was generated but is 64 now" in message
+    assert f"delete {step_folder}/ and rerun generation" in message
+    assert not (tmp_path / "data" / "03_primary").exists()
+
+
 def test_merge_stream_failure_leaves_no_file(tmp_path):
     records, sequences = write_shards(tmp_path, shard_tables(RESPONSES, 2))
     checked, report = run_checks(records, sequences)
@@ -512,6 +747,8 @@ def test_pipeline_shape():
     assert "r.step_5.merge_token_records" in names and "combine_high_entropy_positions" in names
     assert pipeline.inputs() == {
         "prompts",
+        "checkpoints",  # with params:prompts: what the shards' metadata is compared with
+        "params:prompts",
         "params:generation",
         "params:aggregation",
         *(

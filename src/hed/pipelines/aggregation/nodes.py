@@ -2,10 +2,13 @@
 
 Per (run, step), in this order:
 
-1. :func:`check_sequences` — coverage of the responses: shard count, every (prompt_index,
-   sample_index) of the prompt set exactly once, each in its shard.
-2. :func:`check_token_records` — the token records agree with the responses: columns present,
-   keys strictly increasing within each shard (no repeats), positions 0..n_tokens−1.
+1. :func:`check_sequences` — every shard is current (its recorded generation parameters,
+   checkpoint and prompt ids match the configuration:
+   :mod:`hed.pipelines.generation.shard_metadata`), and coverage of the responses: shard count,
+   every (prompt_index, sample_index) of the prompt set exactly once, each in its shard.
+2. :func:`check_token_records` — the token record files are current too, and agree with the
+   responses: columns present, keys strictly increasing within each shard (no repeats),
+   positions 0..n_tokens−1.
 3. :func:`compute_entropy_threshold` — the exact top-ρ selection over the whole step.
 4. :func:`map_candidate_words` — the word of every sampled token id, for the top-k candidates.
 5. :func:`merge_token_records` — the merged, marked records and the merged responses.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import re
 import shutil
 import tempfile
 import threading
@@ -41,6 +45,7 @@ import pyarrow.parquet as pq
 
 from hed.errors import ConfigError, InputDataError
 from hed.lexicon import Lexicon, parse_lexicon
+from hed.pipelines.generation.shard_metadata import GENERATION_METADATA_KEY, stale_field
 from hed.schema import MERGED_TOKEN_RECORD_SCHEMA, RECORD_KEY, SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 from hed.thresholds import (
     EntropyThreshold,
@@ -52,8 +57,7 @@ from hed.words import find_words, token_own_words
 
 logger = logging.getLogger(__name__)
 
-#: Parquet key-value metadata key of generation's shard files (as in the generation pipeline).
-GENERATION_METADATA_KEY = b"hed.generation"
+_SHARD_FILE = re.compile(r"^shard_\d+(\.sequences)?\.parquet$")
 
 #: One row per high-entropy token (``high_entropy_positions``).
 HIGH_ENTROPY_POSITION_SCHEMA = pa.schema(
@@ -117,15 +121,26 @@ class MergedStep(NamedTuple):
 def check_sequences(
     prompts: pd.DataFrame,
     generation: dict[str, Any],
+    prompt_params: dict[str, Any],
+    checkpoints: dict[str, Any],
     *shard_sequences: ds.Dataset,
     run: str,
     step: int,
 ) -> pd.DataFrame:
-    """Check that the shards hold every response of the step exactly once, each in its shard.
+    """Check that the shards are current and hold every response of the step once, in its shard.
+
+    Before reading the rows, each shard's ``hed.generation`` metadata must match the current
+    configuration (:mod:`hed.pipelines.generation.shard_metadata` lists what is compared): a
+    shard made with other sampling parameters, another checkpoint or another prompt set is
+    refused, so one step never mixes two configurations.
 
     Args:
-        prompts: ``prompts`` (its ``prompt_index`` column is the expected prompt set).
-        generation: ``params:generation`` (``num_shards``, ``samples_per_prompt``).
+        prompts: ``prompts`` (its ``prompt_index`` column is the expected prompt set, its
+            ``prompt_id`` column what each shard must have been generated for).
+        generation: ``params:generation`` (``num_shards``, ``samples_per_prompt`` and the
+            sampling parameters).
+        prompt_params: ``params:prompts`` (chat-template settings).
+        checkpoints: ``checkpoints`` (fingerprint of each (run, step)'s checkpoint).
         *shard_sequences: ``<run>.step_<step>.shard_<k>.sequences`` for k = 0, 1, ...
         run, step: the step (bound when the pipeline is built).
 
@@ -134,15 +149,22 @@ def check_sequences(
         sample_index).
 
     Raises:
-        InputDataError: a missing or unexpected extra shard, a duplicated prompt, a response in
-            the wrong shard, a missing, duplicated or unexpected response, a missing column.
+        InputDataError: a stale shard (names the file, the field, the recorded and the current
+            value and the fix), shards generated with different dtypes, a missing or
+            unexpected extra shard, a duplicated prompt, a response in the wrong shard, a
+            missing, duplicated or unexpected response, a missing column.
     """
     num_shards, samples = _shard_config(generation)
     label = f"{run}.step_{step}"
     _check_shard_count(shard_sequences, num_shards, label, "sequences")
+    current = _CurrentGeneration(generation, prompt_params, checkpoints, prompts)
+    dtypes: dict[str, str] = {}
     frames = []
     for shard, dataset in enumerate(shard_sequences):
-        _check_generation_metadata(dataset, shard, num_shards, run, step)
+        recorded = _check_generation_metadata(
+            dataset, shard, num_shards, run, step, current=current
+        )
+        _check_same_dtype(dtypes, recorded, _source(dataset), label)
         table = _read_table(dataset, SEQUENCE_SCHEMA)
         frames.append(table.to_pandas().assign(_shard=shard))
     frame = pd.concat(frames, ignore_index=True)
@@ -159,20 +181,27 @@ def check_sequences(
 
 def check_token_records(
     sequences: pd.DataFrame,
+    prompts: pd.DataFrame,
     generation: dict[str, Any],
+    prompt_params: dict[str, Any],
+    checkpoints: dict[str, Any],
     *shard_records: ds.Dataset,
     run: str,
     step: int,
 ) -> pd.DataFrame:
-    """Check every shard's token records against the step's responses.
+    """Check every shard's token records: current, and in agreement with the step's responses.
 
-    Each shard must have every token record column, rows in strictly increasing
-    (prompt_index, sample_index, position) order (a repeat is a duplicated record), and for
-    each of its responses exactly positions ``0 .. n_tokens−1``.
+    Each shard's ``hed.generation`` metadata must match the current configuration (as in
+    :func:`check_sequences`); each shard must have every token record column, rows in
+    strictly increasing (prompt_index, sample_index, position) order (a repeat is a
+    duplicated record), and for each of its responses exactly positions ``0 .. n_tokens−1``.
 
     Args:
         sequences: the checked responses (:func:`check_sequences`).
+        prompts: ``prompts``.
         generation: ``params:generation``.
+        prompt_params: ``params:prompts``.
+        checkpoints: ``checkpoints``.
         *shard_records: ``<run>.step_<step>.shard_<k>.token_records`` for k = 0, 1, ...
         run, step: the step.
 
@@ -180,17 +209,19 @@ def check_token_records(
         One row per shard: shard, source (file), n_sequences, n_records.
 
     Raises:
-        InputDataError: a missing column or shard, duplicated or out-of-order records, records
-            that do not match the responses (named with the file and the first keys).
+        InputDataError: a stale shard, a missing column or shard, duplicated or out-of-order
+            records, records that do not match the responses (named with the file and the
+            first keys).
     """
     num_shards, _ = _shard_config(generation)
     label = f"{run}.step_{step}"
     _check_shard_count(shard_records, num_shards, label, "token_records")
+    current = _CurrentGeneration(generation, prompt_params, checkpoints, prompts)
     rows = []
     for shard, dataset in enumerate(shard_records):
         source = _source(dataset)
         _check_columns(dataset, TOKEN_RECORD_SCHEMA, source)
-        _check_generation_metadata(dataset, shard, num_shards, run, step)
+        _check_generation_metadata(dataset, shard, num_shards, run, step, current=current)
         found = _scan_record_keys(dataset, shard, source)
         expected = sequences.loc[
             sequences["shard"] == shard, ["prompt_index", "sample_index", "n_tokens"]
@@ -675,17 +706,56 @@ def _check_shard_count(
         )
 
 
+@dataclass(frozen=True)
+class _CurrentGeneration:
+    """The current configuration a step's shard files are compared with."""
+
+    generation: dict[str, Any]
+    prompt_params: dict[str, Any] | None
+    checkpoints: dict[str, Any] | None
+    prompts: pd.DataFrame | None
+
+    def checkpoint(self, run: str, step: int) -> dict[str, Any] | None:
+        steps = ((self.checkpoints or {}).get(run) or {}).get("steps") or {}
+        return steps.get(str(step))
+
+    def prompt_ids(self, shard: int, num_shards: int) -> list[str] | None:
+        if self.prompts is None or "prompt_id" not in self.prompts.columns:
+            return None
+        mine = self.prompts["prompt_index"].astype(np.int64) % num_shards == shard
+        return self.prompts.loc[mine, "prompt_id"].astype(str).tolist()
+
+
 def _check_generation_metadata(
-    dataset: ds.Dataset, shard: int, num_shards: int, run: str, step: int
-) -> None:
-    """Compare a shard file's ``hed.generation`` metadata (when present) with what it is read as."""
+    dataset: ds.Dataset,
+    shard: int,
+    num_shards: int,
+    run: str,
+    step: int,
+    *,
+    current: _CurrentGeneration | None = None,
+) -> dict[str, Any]:
+    """Compare a shard file's ``hed.generation`` metadata (when present) with the current setup.
+
+    Checks the shard's place (num_shards, run, step, shard) and, given ``current``, every
+    record-shaping parameter (:func:`hed.pipelines.generation.shard_metadata.stale_field`).
+
+    Returns:
+        The decoded metadata (``{}`` for a file without it).
+
+    Raises:
+        InputDataError: a mismatch, in one line naming the file, the field, both values and
+            the fix.
+    """
     raw = (dataset.schema.metadata or {}).get(GENERATION_METADATA_KEY)
     if raw is None:
-        return
+        return {}
     try:
         meta = json.loads(raw)
     except ValueError:
-        return
+        return {}
+    if not isinstance(meta, dict):
+        return {}
     source = _source(dataset)
     if meta.get("num_shards", num_shards) != num_shards:
         extra = ", ".join(f"shard {k}" for k in range(num_shards, int(meta["num_shards"])))
@@ -701,6 +771,55 @@ def _check_generation_metadata(
             f"{source} holds {found[0]}.step_{found[1]}.shard_{found[2]} "
             f"(its hed.generation metadata) but is read as {run}.step_{step}.shard_{shard}"
         )
+    if current is None:
+        return meta
+    checkpoint = current.checkpoint(run, step)
+    if checkpoint is None and isinstance(meta.get("checkpoint"), dict):
+        raise InputDataError(
+            f"{source}: the checkpoints dataset has no entry for {run} step {step}, so the "
+            f"shard's checkpoint cannot be checked; rerun `kedro run --pipeline generation "
+            f"--nodes resolve_checkpoints` with this configuration"
+        )
+    stale = stale_field(
+        meta,
+        generation=current.generation,
+        prompt_params=current.prompt_params,
+        checkpoint=checkpoint,
+        prompt_ids=current.prompt_ids(shard, num_shards),
+    )
+    if stale is not None:
+        raise InputDataError(
+            f"{source}: stale shard: {stale.field} was {stale.recorded} when it was generated "
+            f"but is {stale.current} now; delete {_shard_folder(source)}/ and rerun generation "
+            f"(`kedro run --pipeline generation --only-missing-outputs`), or {stale.restore}"
+        )
+    return meta
+
+
+def _check_same_dtype(
+    dtypes: dict[str, str], meta: dict[str, Any], source: str, label: str
+) -> None:
+    """All shards of a step ran in one dtype (``auto`` resolves per device: bf16 vs fp32)."""
+    dtype = meta.get("dtype")
+    if dtype is None:
+        return
+    if dtypes and dtype not in dtypes:
+        other, first = next(iter(dtypes.items()))
+        raise InputDataError(
+            f"{label}: {source} was generated in {dtype} but {first} in {other} (generation.dtype "
+            f"auto is bfloat16 on CUDA, float32 on CPU); regenerate one of them on the other "
+            f"device or set generation.dtype explicitly"
+        )
+    dtypes.setdefault(dtype, source)
+
+
+def _shard_folder(source: str) -> str:
+    """The folder of a step's shard files: the parent of ``shard_<k>[.sequences].parquet/``."""
+    path = Path(source)
+    for folder in path.parents:
+        if _SHARD_FILE.match(folder.name):
+            return str(folder.parent)
+    return str(path.parent)
 
 
 def _check_columns(dataset: ds.Dataset, schema: pa.Schema, source: str) -> None:

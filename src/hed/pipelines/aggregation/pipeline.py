@@ -1,7 +1,9 @@
 """Aggregation pipeline: one node group per (run, step), then the all-steps tables.
 
 Per (run, step), under the namespace ``<run>.step_<step>`` (inputs: ``prompts``,
-``params:generation``, ``params:aggregation`` and the step's shard datasets):
+``checkpoints``, ``params:prompts``, ``params:generation``, ``params:aggregation`` and the
+step's shard datasets; ``checkpoints`` and ``params:prompts`` are what the shards' recorded
+generation parameters are compared with):
 
 ========================================  ==========================================================
 node                                      outputs (``<run>.step_<step>.`` prefix)
@@ -76,6 +78,7 @@ def step_pipeline(run: str, step: int, num_shards: int) -> Pipeline:
     records = [f"{ns}.shard_{k}.token_records" for k in range(num_shards)]
     sequences = [f"{ns}.shard_{k}.sequences" for k in range(num_shards)]
     generation, aggregation = "params:generation", "params:aggregation"
+    current = ["prompts", generation, "params:prompts", "checkpoints"]  # staleness checks
     checked, report, selection = (
         f"{ns}.checked_sequences",
         f"{ns}.shard_report",
@@ -86,8 +89,8 @@ def step_pipeline(run: str, step: int, num_shards: int) -> Pipeline:
         f"{ns}.token_probability_mass_high_entropy",
     )
     specs = [
-        (_bound(check_sequences, run=run, step=step), ["prompts", generation, *sequences], checked),
-        (_bound(check_token_records, run=run, step=step), [checked, generation, *records], report),
+        (_bound(check_sequences, run=run, step=step), [*current, *sequences], checked),
+        (_bound(check_token_records, run=run, step=step), [checked, *current, *records], report),
         (
             _bound(compute_entropy_threshold, run=run, step=step),
             [report, aggregation, *records],

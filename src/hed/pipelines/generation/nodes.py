@@ -20,10 +20,9 @@ from hed.layout import layout_from_params
 from hed.prompts import PROMPT_COLUMNS, pick_prompt_column, prompt_id, render_prompt, sample_rows
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 
-logger = logging.getLogger(__name__)
+from .shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
 
-#: Parquet key-value metadata key holding the generation parameters of a shard file.
-GENERATION_METADATA_KEY = b"hed.generation"
+logger = logging.getLogger(__name__)
 
 
 def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
@@ -134,7 +133,11 @@ def generate_shard(
 
     Returns:
         ``{"token_records": table of TOKEN_RECORD_SCHEMA, "sequences": table of SEQUENCE_SCHEMA}``,
-        both with the generation parameters in the Parquet metadata key ``hed.generation``.
+        both with the generation parameters in the Parquet metadata key ``hed.generation``
+        (run, step, shard, num_shards, samples_per_prompt, the effective sampling parameters,
+        dtype, device, the checkpoint fingerprint, the shard's prompt ids and the effective
+        chat-template settings; aggregation refuses shards whose record-shaping values are no
+        longer current, :mod:`hed.pipelines.generation.shard_metadata`).
 
     Raises:
         ConfigError: the step is not in ``checkpoints`` or a sampling parameter is invalid.
@@ -188,7 +191,7 @@ def generate_shard(
                 "device": device,
                 "checkpoint": entry,
                 "prompt_ids": sorted(set(ids_of.values())),
-                "chat_template": {k: prompt_params.get(k) for k in ("apply_chat_template", "enable_thinking", "system_prompt")},
+                "chat_template": chat_template_settings(prompt_params),
                 "hed_version": hed.__version__,
             },
             sort_keys=True,

@@ -58,6 +58,7 @@ from hed.pipelines.generation.nodes import (
     resolve_checkpoints,
     sampling_params_from,
 )
+from hed.pipelines.generation.shard_metadata import GENERATION_METADATA_KEY
 from hed.pipelines.metrics.nodes import collect_run_pass1, fetch_wandb_history, read_csv_pass1
 from hed.pipelines.metrics.pipeline import create_pipeline as create_metrics_pipeline
 from hed.pipelines.mini_rl.nodes import generate_task_sets
@@ -392,6 +393,23 @@ def _(t: Ctx) -> Expect:
     )
 
 
+@case("prompts-prompt-columns-missing")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "prompts.jsonl", '{"problem": "1+1"}\n')
+    params = {k: v for k, v in PROMPT_PARAMS.items() if k != "prompt_columns"}
+    return Expect(prompt_node_run(path, params), ConfigError, ("prompts.prompt_columns", "None"))
+
+
+@case("prompts-seed-not-integer")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "prompts.jsonl", '{"problem": "1+1"}\n')
+    return Expect(
+        prompt_node_run(path, {**PROMPT_PARAMS, "seed": "abc"}),
+        ConfigError,
+        ("prompts.seed", "'abc'"),
+    )
+
+
 # ------------------------------------------------------------------ checkpoints
 
 
@@ -597,6 +615,29 @@ def _(t: Ctx) -> Expect:
     )
 
 
+@case("params-temperature-not-a-number")
+def _(t: Ctx) -> Expect:
+    return Expect(sampling(temperature="hot"), ConfigError, ("generation.temperature", "'hot'"))
+
+
+@case("params-max-new-tokens-missing")
+def _(t: Ctx) -> Expect:
+    params = {k: v for k, v in GENERATION.items() if k != "max_new_tokens"}
+    return Expect(
+        lambda: sampling_params_from(params), ConfigError, ("generation.max_new_tokens", "None")
+    )
+
+
+@case("params-aggregation-not-mapping")
+def _(t: Ctx) -> Expect:
+    report = pd.DataFrame({"n_records": [3]})
+    return Expect(
+        lambda: compute_entropy_threshold(report, ["top_entropy_frac"], run="dapo", step=20),
+        ConfigError,
+        ("parameter `aggregation`", "parameters_aggregation.yml", "['top_entropy_frac']"),
+    )
+
+
 @case("params-dtype")
 def _(t: Ctx) -> Expect:
     return Expect(lambda: resolve_dtype("fp8", "cpu"), ConfigError, ("dtype", "'fp8'", "bfloat16"))
@@ -693,6 +734,26 @@ def _(t: Ctx) -> Expect:
         lambda: check_sequences(prompts, generation, {}, {}, dataset, run="dapo", step=20),
         InputDataError,
         ("dapo.step_20.shard_1.sequences", "generation.num_shards is 2"),
+    )
+
+
+@case("records-stale-shard")
+def _(t: Ctx) -> Expect:
+    path = t.tmp / "token_records" / "dapo" / "step_20" / "shard_0.sequences.parquet"
+    recorded = {
+        "run": "dapo", "step": 20, "shard": 0, "num_shards": 1,
+        "sampling": {**GENERATION, "samples_per_prompt": 1, "temperature": 1.0},
+    }
+    table = SEQUENCE_SCHEMA.empty_table().replace_schema_metadata(
+        {GENERATION_METADATA_KEY: json.dumps(recorded)}
+    )
+    dataset = parquet_dataset(path, table)
+    prompts = pd.DataFrame({"prompt_index": [0], "prompt_id": ["p0"]})
+    generation = {**GENERATION, "samples_per_prompt": 1, "temperature": 0.7}
+    return Expect(
+        lambda: check_sequences(prompts, generation, {}, {}, dataset, run="dapo", step=20),
+        InputDataError,
+        (str(path), "stale shard", "generation.temperature was 1.0", "is 0.7", "delete"),
     )
 
 

@@ -266,7 +266,7 @@ def compute_entropy_threshold(
             step has no non-special token.
         ConfigError: ``top_entropy_frac`` outside (0, 1].
     """
-    rho = aggregation.get("top_entropy_frac", 0.2)
+    rho = _section(aggregation, "aggregation").get("top_entropy_frac", 0.2)
     validate_top_entropy_frac(rho)
     buffer = np.empty(int(shard_report["n_records"].sum()), dtype=np.float32)
     n = 0
@@ -379,7 +379,7 @@ def merge_token_records(
     Raises:
         ConfigError: the lexicon is invalid.
     """
-    lexicon = parse_lexicon(aggregation.get("lexicon"))
+    lexicon = parse_lexicon(_section(aggregation, "aggregation").get("lexicon"))
     chunk_records = _chunk_records(aggregation)
     order = sequences.drop_duplicates("prompt_index")[["prompt_index", "shard"]].to_numpy()
     spill = HighEntropySpill(
@@ -531,7 +531,7 @@ def tabulate_token_probability_mass(
         run, step, word, category, count, count_share, sampled_prob_sum, sampled_prob_share,
         topk_mass, topk_mass_share; sorted by sampled_prob_sum, descending, then word.
     """
-    lexicon = parse_lexicon(aggregation.get("lexicon"))
+    lexicon = parse_lexicon(_section(aggregation, "aggregation").get("lexicon"))
     index: dict[str, int] = {}
     candidate_index = _candidate_word_index(candidate_words, index)
     count = np.zeros(0)
@@ -581,7 +581,7 @@ def tabulate_category_probability_mass(
         run, step, category, count, count_share, sampled_prob_sum, sampled_prob_share,
         topk_mass, topk_mass_share; categories in lexicon order, ``other`` last.
     """
-    lexicon = parse_lexicon(aggregation.get("lexicon"))
+    lexicon = parse_lexicon(_section(aggregation, "aggregation").get("lexicon"))
     sums = token_probability_mass.groupby("category")[
         ["count", "sampled_prob_sum", "topk_mass"]
     ].sum()
@@ -616,7 +616,7 @@ def summarise_step(
     ``other`` (tokens without letters count as ``other``, so they sum to n_high_entropy),
     pass1_generated (mean of the responses' ``correct`` where not null; null when all are).
     """
-    lexicon = parse_lexicon(aggregation.get("lexicon"))
+    lexicon = parse_lexicon(_section(aggregation, "aggregation").get("lexicon"))
     responses = sequences.to_table(columns=["n_tokens", "correct"])
     correct = responses.column("correct").drop_null()
     counts = dict.fromkeys(lexicon.categories, 0)
@@ -665,8 +665,24 @@ def combine_high_entropy_positions(*per_step: ds.Dataset) -> Iterator[pa.Table]:
 # ------------------------------------------------------------------------------- helpers
 
 
+def _section(value: Any, name: str) -> dict[str, Any]:
+    """``params:<name>`` as a mapping: ``None`` (an empty YAML section) means every default.
+
+    Raises:
+        ConfigError: the section is not a mapping.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"parameter `{name}` must be a mapping (parameters_{name}.yml), got {value!r}"
+        )
+    return value
+
+
 def _shard_config(generation: dict[str, Any]) -> tuple[int, int]:
     values = []
+    generation = _section(generation, "generation")
     for name in ("num_shards", "samples_per_prompt"):
         value = generation.get(name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -676,7 +692,7 @@ def _shard_config(generation: dict[str, Any]) -> tuple[int, int]:
 
 
 def _chunk_records(aggregation: dict[str, Any]) -> int:
-    value = aggregation.get("chunk_records", _DEFAULT_CHUNK)
+    value = _section(aggregation, "aggregation").get("chunk_records", _DEFAULT_CHUNK)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"aggregation.chunk_records must be a positive integer, got {value!r}")
     return value

@@ -40,11 +40,23 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
 
     Raises:
         InputDataError: no prompt column, or a prompt that is empty.
-        ConfigError: ``num_prompts`` larger than the file.
+        ConfigError: ``num_prompts`` larger than the file; ``prompt_columns`` missing or not a
+            list of names (a single name is accepted); ``seed`` not an integer.
     """
     source = str(raw_prompts["source_file"].iloc[0])
-    column = pick_prompt_column(raw_prompts, list(params["prompt_columns"]), source)
-    rows = sample_rows(len(raw_prompts), params.get("num_prompts"), int(params.get("seed", 0)), source)
+    columns = params.get("prompt_columns")
+    if isinstance(columns, str):
+        columns = [columns]  # `prompt_columns: problem` means one column, not its letters
+    if not isinstance(columns, list | tuple) or not columns:
+        raise ConfigError(
+            f"prompts.prompt_columns must be a list of column names (e.g. [problem, question]), "
+            f"got {columns!r}"
+        )
+    seed = params.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"prompts.seed must be an integer, got {seed!r}")
+    column = pick_prompt_column(raw_prompts, list(columns), source)
+    rows = sample_rows(len(raw_prompts), params.get("num_prompts"), seed, source)
     chosen = raw_prompts.iloc[rows]
     texts = chosen[column].astype("string")
     empty = texts.isna() | (texts.str.strip() == "")
@@ -217,18 +229,17 @@ def sampling_params_from(params: dict[str, Any]):
     samples = params.get("samples_per_prompt")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ConfigError(f"generation.samples_per_prompt must be a positive integer, got {samples!r}")
-    try:
-        return SamplingParams(
-            temperature=float(params.get("temperature", 1.0)),
-            top_p=float(params.get("top_p", 1.0)),
-            top_k=params.get("top_k"),
-            max_new_tokens=int(params["max_new_tokens"]),
-            top_prob_k=int(params.get("top_prob_k", 5)),
-            seed=int(params.get("seed", 0)),
-            batch_size=int(params.get("batch_size", 8)),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"generation parameters: {exc!s} (see conf/base/parameters_generation.yml)") from None
+    # values go to SamplingParams unconverted: it checks types and ranges and names the field
+    # (float("hot") or int(None) here would raise a message that names nothing)
+    return SamplingParams(
+        temperature=params.get("temperature", 1.0),
+        top_p=params.get("top_p", 1.0),
+        top_k=params.get("top_k"),
+        max_new_tokens=params.get("max_new_tokens"),
+        top_prob_k=params.get("top_prob_k", 5),
+        seed=params.get("seed", 0),
+        batch_size=params.get("batch_size", 8),
+    )
 
 
 def records_table(sequences: list[Any], *, run: str, step: int, shard: int, special_ids: np.ndarray) -> pa.Table:

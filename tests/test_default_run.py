@@ -162,6 +162,7 @@ def test_kedro_viz_build_shows_the_lineage(default_project):
         "prompts",
         f"{RUN}.step_0.shard_0.token_records",
         f"{RUN}.step_0.token_records",
+        f"{RUN}.step_0.entropy_thresholds",
         "entropy_thresholds",
         "pass1",
         "figure2_png",
@@ -185,8 +186,10 @@ def test_kedro_viz_build_shows_the_lineage(default_project):
                 todo.extend(children.get(here, ()))
         return False
 
-    # prompts reaches every dataset of the chain; shard records and pass@1 lead to both figures
+    # prompts reaches every dataset of the chain; all but the all-steps table lead to both figures
     for dataset in chain[1:]:
         assert reaches("prompts", dataset), f"prompts does not lead to {dataset}"
-    for dataset in ("prompts", f"{RUN}.step_0.shard_0.token_records", "pass1"):
+    # the figures are computed from the merged records and the step's threshold row
+    lead_to_figures = [d for d in chain[:-2] if d != "entropy_thresholds"]  # all-steps: a sink
+    for dataset in lead_to_figures:
         assert reaches(dataset, "figure2_png") and reaches(dataset, "figure3_png"), dataset

@@ -592,14 +592,24 @@ def test_tables_and_shares(tmp_path):
     assert list(category_table.category) == ["anthropomorphic", "reasoning", "other"]
     sequences_path = tmp_path / "seq.parquet"
     write_parquet_atomically(sequences_path, sequences, schema=SEQUENCE_SCHEMA)
-    summary = agg.summarise_step(selection, ds.dataset(str(sequences_path)), positions, AGGREGATION)
+    thresholds = agg.tabulate_entropy_threshold(selection)
+    summary = agg.summarise_step(thresholds, ds.dataset(str(sequences_path)), merged, AGGREGATION)
     row = summary.iloc[0]
     assert row.n_high_entropy == 5
+    # the category counts are those of the merged file's marked rows, i.e. of the positions
+    for name, n in high["category"].value_counts().items():
+        assert row[f"n_high_entropy_{name}"] == n
     assert (
         row.n_high_entropy_anthropomorphic + row.n_high_entropy_reasoning + row.n_high_entropy_other
         == 5
     )
+    assert row.threshold == selection.threshold and row.n_tokens == selection.n_tokens
     assert row.pass1_generated == pytest.approx(0.5) and row.mean_response_length == 5
+    # a threshold row of another aggregation does not match the merged file: refused
+    other = thresholds.assign(n_high_entropy=6)
+    with pytest.raises(InputDataError) as exc:
+        agg.summarise_step(other, ds.dataset(str(sequences_path)), merged, AGGREGATION)
+    assert "marks 5 high-entropy tokens" in one_line(exc) and "says 6" in one_line(exc)
 
 
 def test_lexicon_entry_not_a_string_fails(tmp_path):

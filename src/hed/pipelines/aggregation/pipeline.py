@@ -116,7 +116,7 @@ def step_pipeline(run: str, step: int, num_shards: int) -> Pipeline:
         ),
         (
             summarise_step,
-            [selection, f"{ns}.sequences", positions, aggregation],
+            [f"{ns}.entropy_thresholds", f"{ns}.sequences", f"{ns}.token_records", aggregation],
             f"{ns}.summary_by_step",
         ),
     ]

@@ -283,12 +283,12 @@ def _parameters() -> dict:
 def run_hed(root: Path, num_shards: int) -> dict:
     """Run the aggregation pipeline on the project's catalog, every path under ``root``."""
     # imported here, so that importing Kedro counts in HED's time and not in the naive run's
-    from kedro.config import OmegaConfigLoader  # noqa: PLC0415
-    from kedro.io import DataCatalog, MemoryDataset  # noqa: PLC0415
-    from kedro.runner import SequentialRunner  # noqa: PLC0415
+    from kedro.config import OmegaConfigLoader
+    from kedro.io import DataCatalog, MemoryDataset
+    from kedro.runner import SequentialRunner
 
-    from hed.layout import RunSpec, StudyLayout  # noqa: PLC0415
-    from hed.pipelines.aggregation import create_pipeline  # noqa: PLC0415
+    from hed.layout import RunSpec, StudyLayout
+    from hed.pipelines.aggregation import create_pipeline
 
     params = _parameters()
     config = OmegaConfigLoader(str(REPO / "conf"), base_env="base", default_run_env="local")[
@@ -303,6 +303,9 @@ def run_hed(root: Path, num_shards: int) -> dict:
         {**params["generation"], "num_shards": num_shards, "samples_per_prompt": SAMPLES}
     )
     catalog["params:aggregation"] = MemoryDataset(params["aggregation"])
+    # the synthesised shards carry no hed.generation metadata: nothing to compare for staleness
+    catalog["params:prompts"] = MemoryDataset(params["prompts"])
+    catalog["checkpoints"] = MemoryDataset({})
     layout = StudyLayout(
         runs=(RunSpec(name=RUN, role="single", checkpoint_root="-", steps=(STEP,)),),
         num_shards=num_shards,

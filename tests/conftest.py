@@ -77,7 +77,10 @@ def build_tiny_model(dest: Path, tokenizer, seed: int = 0, scale: float = 1.0) -
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
-    """A tiny random Llama (hidden 32, 2 layers) with the real tokenizer, at ``global_step_0/actor_hf``."""
+    """A tiny random Llama (hidden 32, 2 layers) with the real tokenizer.
+
+    Saved at ``<tmp>/global_step_0/actor_hf``.
+    """
     root = tmp_path_factory.mktemp("tiny_run")
     return build_tiny_model(root / "global_step_0" / "actor_hf", tokenizer)
 

@@ -7,14 +7,14 @@ import os
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-from kedro_datasets.json import JSONDataset  # noqa: E402
-from kedro_datasets.matplotlib import MatplotlibDataset  # noqa: E402
-from kedro_datasets.pandas import CSVDataset, ParquetDataset  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+from kedro_datasets.json import JSONDataset
+from kedro_datasets.matplotlib import MatplotlibDataset
+from kedro_datasets.pandas import CSVDataset, ParquetDataset
 
-from hed.atomic_io import install_atomic_local_writes  # noqa: E402
+from hed.atomic_io import install_atomic_local_writes
 
 install_atomic_local_writes()
 

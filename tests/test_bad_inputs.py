@@ -741,7 +741,10 @@ def _(t: Ctx) -> Expect:
 def _(t: Ctx) -> Expect:
     path = t.tmp / "token_records" / "dapo" / "step_20" / "shard_0.sequences.parquet"
     recorded = {
-        "run": "dapo", "step": 20, "shard": 0, "num_shards": 1,
+        "run": "dapo",
+        "step": 20,
+        "shard": 0,
+        "num_shards": 1,
         "sampling": {**GENERATION, "samples_per_prompt": 1, "temperature": 1.0},
     }
     table = SEQUENCE_SCHEMA.empty_table().replace_schema_metadata(

@@ -1,10 +1,17 @@
-import pyarrow as pa, pytest, os
+import os
+
+import pyarrow as pa
+import pytest
+
 from hed.datasets import write_parquet_atomically
 from hed.errors import OutputWriteError
+
+
 def test_producer_error_is_not_a_write_error(tmp_path):
     def chunks():
         yield pa.table({"a": [1]})
         raise OSError(5, "shard read failed")
+
     with pytest.raises(OSError, match="shard read failed"):
         write_parquet_atomically(tmp_path / "x.parquet", chunks())
     assert os.listdir(tmp_path) == []
@@ -13,7 +20,9 @@ def test_producer_error_is_not_a_write_error(tmp_path):
 def test_stream_round_trip_keeps_rows_and_metadata(tmp_path):
     import pyarrow.parquet as pq
 
-    first = pa.table({"a": pa.array([1, 2], pa.int32())}).replace_schema_metadata({"hed.generation": "{}"})
+    first = pa.table({"a": pa.array([1, 2], pa.int32())}).replace_schema_metadata(
+        {"hed.generation": "{}"}
+    )
     n = write_parquet_atomically(tmp_path / "x.parquet", iter([first, first]))
     table = pq.read_table(tmp_path / "x.parquet")
     assert n == 4 and table.column("a").to_pylist() == [1, 2, 1, 2]

@@ -40,7 +40,9 @@ def default_project(tmp_path_factory, smollm2_dir) -> Path:
 
 def test_shard_records_have_the_contract_schema_and_ranges(default_project, tokenizer):
     files = [
-        latest(default_project / f"data/02_intermediate/token_records/{RUN}/step_0/shard_{k}.parquet")
+        latest(
+            default_project / f"data/02_intermediate/token_records/{RUN}/step_0/shard_{k}.parquet"
+        )
         for k in range(2)
     ]
     tables = [pq.read_table(f) for f in files]
@@ -68,7 +70,9 @@ def test_shard_records_have_the_contract_schema_and_ranges(default_project, toke
 
 
 def test_sequences_match_records(default_project):
-    seqs = pq.read_table(latest(default_project / f"data/03_primary/token_records/{RUN}/step_0.sequences.parquet"))
+    seqs = pq.read_table(
+        latest(default_project / f"data/03_primary/token_records/{RUN}/step_0.sequences.parquet")
+    )
     assert seqs.schema.equals(SEQUENCE_SCHEMA, check_metadata=False)
     seqs = seqs.to_pandas()
     assert len(seqs) == 6 * 2
@@ -87,17 +91,31 @@ def test_threshold_and_set_recomputed_independently_with_numpy(default_project):
     merged_path = latest(default_project / f"data/03_primary/token_records/{RUN}/step_0.parquet")
     merged = pq.read_table(merged_path)
     assert merged.schema.equals(MERGED_TOKEN_RECORD_SCHEMA, check_metadata=False)
-    frame = merged.select(["prompt_index", "sample_index", "position", "entropy", "is_special", "is_high_entropy"]).to_pandas()
+    frame = merged.select(
+        ["prompt_index", "sample_index", "position", "entropy", "is_special", "is_high_entropy"]
+    ).to_pandas()
     candidates = frame[~frame["is_special"]]
     n = len(candidates)
     k = math.ceil(0.2 * n - 1e-9)
     # sort by entropy descending, ties by (prompt_index, sample_index, position) ascending
     order = np.lexsort(
-        (candidates["position"], candidates["sample_index"], candidates["prompt_index"], -candidates["entropy"].astype(np.float64))
+        (
+            candidates["position"],
+            candidates["sample_index"],
+            candidates["prompt_index"],
+            -candidates["entropy"].astype(np.float64),
+        )
     )
     chosen = candidates.iloc[order[:k]]
     expected = set(map(tuple, chosen[["prompt_index", "sample_index", "position"]].to_numpy()))
-    got = set(map(tuple, frame[frame["is_high_entropy"]][["prompt_index", "sample_index", "position"]].to_numpy()))
+    got = set(
+        map(
+            tuple,
+            frame[frame["is_high_entropy"]][
+                ["prompt_index", "sample_index", "position"]
+            ].to_numpy(),
+        )
+    )
     assert got == expected
     thresholds = pd.read_csv(latest(default_project / "data/04_feature/entropy_thresholds.csv"))
     row = thresholds[(thresholds["run"] == RUN) & (thresholds["step"] == 0)].iloc[0]
@@ -107,7 +125,9 @@ def test_threshold_and_set_recomputed_independently_with_numpy(default_project):
 
 
 def test_generated_pass1_is_the_mean_of_correct(default_project):
-    seqs = pq.read_table(latest(default_project / f"data/03_primary/token_records/{RUN}/step_0.sequences.parquet")).to_pandas()
+    seqs = pq.read_table(
+        latest(default_project / f"data/03_primary/token_records/{RUN}/step_0.sequences.parquet")
+    ).to_pandas()
     expected = seqs["correct"].astype(float).mean()
     pass1 = pd.read_csv(latest(default_project / "data/04_feature/pass1.csv"))
     row = pass1[(pass1["run"] == RUN) & (pass1["step"] == 0) & (pass1["source"] == "generated")]
@@ -125,19 +145,28 @@ def test_both_figures_written(default_project):
         image = Image.open(latest(default_project / "data/08_reporting/figures" / name))
         pixels = np.asarray(image.convert("L"), dtype=float)
         assert min(image.size) > 200 and pixels.std() > 5
-    assert latest(default_project / "data/08_reporting/tables/figure2_single_run_diagnostic.csv").exists()
+    assert latest(
+        default_project / "data/08_reporting/tables/figure2_single_run_diagnostic.csv"
+    ).exists()
 
 
 def test_notebook_runs_top_to_bottom(default_project):
     import nbformat
     from nbclient import NotebookClient
 
-    notebook = nbformat.read(REPO_ROOT / "notebooks/explore_high_entropy_tokens.ipynb", as_version=4)
+    notebook = nbformat.read(
+        REPO_ROOT / "notebooks/explore_high_entropy_tokens.ipynb", as_version=4
+    )
     (default_project / "notebooks").mkdir(exist_ok=True)
     NotebookClient(
-        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(default_project / "notebooks")}}
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(default_project / "notebooks")}},
     ).execute()
-    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    outputs = [
+        o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])
+    ]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs), "the histogram was not drawn"
     text = "".join(str(o.get("data", {}).get("text/plain", "")) for o in outputs)
@@ -152,7 +181,15 @@ def test_kedro_viz_build_shows_the_lineage(default_project):
 
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"}
     kedro = str(Path(sys.executable).with_name("kedro"))
-    result = subprocess.run([kedro, "viz", "build"], cwd=default_project, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [kedro, "viz", "build"],
+        check=False,
+        cwd=default_project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     graph = json.loads((default_project / "build/api/main").read_text())
     names = {n["id"]: n["name"] for n in graph["nodes"]}

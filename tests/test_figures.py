@@ -294,5 +294,7 @@ def test_font_family_lists_dejavu_then_only_installed_cjk_fonts(monkeypatch):
     installed = {font.name for font in font_manager.fontManager.ttflist}
     assert set(font_family()[1:]) == set(CJK_FALLBACK_FONTS) & installed
     fake = font_manager.FontEntry(fname="/nonexistent.ttf", name="WenQuanYi Zen Hei")
-    monkeypatch.setattr(font_manager.fontManager, "ttflist", [*font_manager.fontManager.ttflist, fake])
+    monkeypatch.setattr(
+        font_manager.fontManager, "ttflist", [*font_manager.fontManager.ttflist, fake]
+    )
     assert font_family()[-1] == "WenQuanYi Zen Hei"

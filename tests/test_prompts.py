@@ -49,14 +49,21 @@ def test_gsm8k_worked_solution_answer_keeps_the_final_number(shared_data):
     raw = PromptFileDataset(filepath=str(shared_data / "gsm8k_test.jsonl")).load()
     prompts = build_prompt_set(raw, {**PARAMS, "num_prompts": 3})
     source = pd.read_json(shared_data / "gsm8k_test.jsonl", lines=True, dtype=False)
-    expected = source.iloc[int(prompts["source_row"].iloc[0])]["answer"].split("####")[-1].strip().replace(",", "")
+    expected = (
+        source.iloc[int(prompts["source_row"].iloc[0])]["answer"]
+        .split("####")[-1]
+        .strip()
+        .replace(",", "")
+    )
     assert prompts["answer"].iloc[0] == expected
 
 
 def test_parquet_prompt_file_and_first_present_column(tmp_path):
     path = tmp_path / "p.parquet"
     pd.DataFrame({"problem": ["1+1?", "2+2?"], "answer": [2.0, 4.0]}).to_parquet(path)
-    prompts = build_prompt_set(PromptFileDataset(filepath=str(path)).load(), {**PARAMS, "instruction_suffix": " Box it."})
+    prompts = build_prompt_set(
+        PromptFileDataset(filepath=str(path)).load(), {**PARAMS, "instruction_suffix": " Box it."}
+    )
     assert prompts["prompt"].tolist() == ["1+1? Box it.", "2+2? Box it."]
     assert prompts["answer"].tolist() == ["2", "4"]
     assert set(prompts["source_file"]) == {str(path)}
@@ -91,12 +98,16 @@ def test_missing_answer_column_gives_null_answers(tmp_path):
 
 
 def test_chat_template_applied_and_switchable(tokenizer):
-    text = render_prompt(tokenizer, "What is 2+2?", {"apply_chat_template": True, "enable_thinking": None})
+    text = render_prompt(
+        tokenizer, "What is 2+2?", {"apply_chat_template": True, "enable_thinking": None}
+    )
     assert text.startswith("<|im_start|>") and text.endswith("<|im_start|>assistant\n")
     assert "What is 2+2?" in text
     plain = render_prompt(tokenizer, "What is 2+2?", {"apply_chat_template": False})
     assert plain == "What is 2+2?"
-    with_system = render_prompt(tokenizer, "Q", {"apply_chat_template": True, "system_prompt": "Be brief."})
+    with_system = render_prompt(
+        tokenizer, "Q", {"apply_chat_template": True, "system_prompt": "Be brief."}
+    )
     assert "Be brief." in with_system
 
 
@@ -107,13 +118,21 @@ def test_grading_ignores_the_eos_text():
     from hed.recording import GeneratedSequence
 
     seq = GeneratedSequence(
-        prompt_index=0, prompt_id="p", sample_index=0,
-        token_ids=np.array([10, 11, 2], np.int32), entropy=np.zeros(3, np.float32),
-        logprob=np.zeros(3, np.float32), topk_token_ids=np.zeros((3, 1), np.int32),
-        topk_probs=np.ones((3, 1), np.float32), token_texts=["The answer is ", "36", "<|im_end|>"],
-        response_text="The answer is 36<|im_end|>", finish_reason="eos",
+        prompt_index=0,
+        prompt_id="p",
+        sample_index=0,
+        token_ids=np.array([10, 11, 2], np.int32),
+        entropy=np.zeros(3, np.float32),
+        logprob=np.zeros(3, np.float32),
+        topk_token_ids=np.zeros((3, 1), np.int32),
+        topk_probs=np.ones((3, 1), np.float32),
+        token_texts=["The answer is ", "36", "<|im_end|>"],
+        response_text="The answer is 36<|im_end|>",
+        finish_reason="eos",
     )
-    table = sequences_table([seq], {0: "36"}, {0: "p"}, run="r", step=0, shard=0, special_ids=np.array([2]))
+    table = sequences_table(
+        [seq], {0: "36"}, {0: "p"}, run="r", step=0, shard=0, special_ids=np.array([2])
+    )
     row = table.to_pylist()[0]
     assert row["response_text"].endswith("<|im_end|>")
     assert row["extracted_answer"] == "36" and row["correct"] is True

@@ -121,9 +121,7 @@ def two_gpu_run(tmp_path_factory) -> tuple[Path, list[str]]:
         )
         for name in gpu_names
     ]
-    nodes.append(
-        Node(func=runner_nodes.describe_process, inputs=None, outputs="here", name="here")
-    )
+    nodes.append(Node(func=runner_nodes.describe_process, inputs=None, outputs="here", name="here"))
     GPURunner(gpus="0:1").run(Pipeline(nodes), json_catalog(folder, [*gpu_names, "here"]))
     return folder, gpu_names
 
@@ -285,8 +283,8 @@ def test_stopping_the_parent_stops_its_node_processes(tmp_path, sig):
     try:
         pid_file = tmp_path / "child.pid"
         assert _wait_until(lambda: pid_file.exists() and pid_file.read_text(), 60), (
-            (tmp_path / "parent.log").read_text()
-        )
+            tmp_path / "parent.log"
+        ).read_text()
         child = int(pid_file.read_text())
         assert child != parent.pid and _alive(child)
 

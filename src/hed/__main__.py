@@ -7,7 +7,7 @@ from kedro.framework.cli.utils import find_run_command
 from kedro.framework.project import configure_project
 
 
-def main(*args, **kwargs) -> None:  # noqa: D103
+def main(*args, **kwargs) -> None:
     package_name = Path(__file__).parent.name
     configure_project(package_name)
     run = find_run_command(package_name)

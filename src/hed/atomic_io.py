@@ -160,7 +160,7 @@ class _AtomicLocalFile(LocalFileOpener):
             except OSError as exc:
                 raise write_error(self.path, exc) from None
             os.close(fd)
-            self.f = open(self.temp, mode=self.mode)  # noqa: SIM115 - closed in close()
+            self.f = open(self.temp, mode=self.mode)
 
     def abort(self) -> None:
         """Discard what was written when the file is closed."""
@@ -222,7 +222,9 @@ class AtomicLocalFileSystem(LocalFileSystem):
 
     def open(self, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
         if "b" not in mode and ("w" in mode or "x" in mode):
-            text_kwargs = {k: kwargs.pop(k) for k in ("encoding", "errors", "newline") if k in kwargs}
+            text_kwargs = {
+                k: kwargs.pop(k) for k in ("encoding", "errors", "newline") if k in kwargs
+            }
             raw = super().open(path, mode.replace("t", "") + "b", *args, **kwargs)
             return _AtomicTextWrapper(raw, **text_kwargs)
         return super().open(path, mode, *args, **kwargs)

@@ -24,7 +24,12 @@ from hed.errors import CheckpointError
 MODEL_SUBDIRS = ("actor_hf", "actor/huggingface")
 
 _STEP_RE = re.compile(r"^global_step_(\d+)$")
-_WEIGHT_PATTERNS = ("model.safetensors", "model-*.safetensors", "pytorch_model.bin", "pytorch_model-*.bin")
+_WEIGHT_PATTERNS = (
+    "model.safetensors",
+    "model-*.safetensors",
+    "pytorch_model.bin",
+    "pytorch_model-*.bin",
+)
 _WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
@@ -49,9 +54,13 @@ def discover_steps(checkpoint_root: str | Path) -> list[int]:
     """
     root = Path(checkpoint_root)
     if not root.is_dir():
-        raise CheckpointError(f"checkpoint_root {root} does not exist: set `runs.<run>.checkpoint_root`")
+        raise CheckpointError(
+            f"checkpoint_root {root} does not exist: set `runs.<run>.checkpoint_root`"
+        )
     steps = sorted(
-        int(m.group(1)) for child in root.iterdir() if child.is_dir() and (m := _STEP_RE.match(child.name))
+        int(m.group(1))
+        for child in root.iterdir()
+        if child.is_dir() and (m := _STEP_RE.match(child.name))
     )
     if not steps:
         raise CheckpointError(f"checkpoint_root {root} holds no global_step_<N> folder")
@@ -69,7 +78,8 @@ def model_dir_for_step(checkpoint_root: str | Path, step: int) -> Path:
     step_dir = Path(checkpoint_root) / f"global_step_{step}"
     if not step_dir.is_dir():
         raise CheckpointError(
-            f"step {step} not found: {step_dir} does not exist (check `steps` and `checkpoint_root`)"
+            f"step {step} not found: {step_dir} does not exist "
+            "(check `steps` and `checkpoint_root`)"
         )
     for sub in MODEL_SUBDIRS:
         candidate = step_dir / sub
@@ -79,8 +89,8 @@ def model_dir_for_step(checkpoint_root: str | Path, step: int) -> Path:
     looked = ", ".join(str(step_dir / sub) for sub in MODEL_SUBDIRS)
     if (step_dir / "actor").is_dir():
         raise CheckpointError(
-            f"{step_dir / 'actor'} holds no HuggingFace folder: needs merging (verl model_merger) into "
-            f"{step_dir / 'actor_hf'}"
+            f"{step_dir / 'actor'} holds no HuggingFace folder: needs merging "
+            f"(verl model_merger) into {step_dir / 'actor_hf'}"
         )
     raise CheckpointError(f"no model folder for step {step}: looked in {looked}")
 

@@ -124,7 +124,7 @@ def _discard(writer: pq.ParquetWriter | None, tmp_name: str) -> None:
     if writer is not None:
         try:
             writer.close()
-        except Exception:  # noqa: BLE001 - the original error is what matters
+        except Exception:
             pass
     Path(tmp_name).unlink(missing_ok=True)
 
@@ -154,7 +154,7 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
         metadata: free-form metadata (e.g. the kedro-viz layer).
     """
 
-    def __init__(  # noqa: PLR0913
+    def __init__(
         self,
         *,
         filepath: str,
@@ -241,7 +241,11 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
         return True
 
     def _describe(self) -> dict[str, Any]:
-        return {"filepath": str(self._filepath), "version": self._version, "schema": self._schema_name}
+        return {
+            "filepath": str(self._filepath),
+            "version": self._version,
+            "schema": self._schema_name,
+        }
 
     def _release(self) -> None:
         super()._release()
@@ -289,7 +293,9 @@ class PromptFileDataset(AbstractDataset[None, pd.DataFrame]):
                 "to a .jsonl or .parquet file"
             )
         if not path.is_file():
-            raise InputDataError(f"prompt file {path} does not exist: fix `filepath` of `raw_prompts` in the catalog")
+            raise InputDataError(
+                f"prompt file {path} does not exist: fix `filepath` of `raw_prompts` in the catalog"
+            )
         if path.stat().st_size == 0:
             raise InputDataError(f"prompt file {path} is empty: it needs one problem per row")
         suffix = path.suffix.lower()
@@ -299,10 +305,12 @@ class PromptFileDataset(AbstractDataset[None, pd.DataFrame]):
             elif suffix == ".parquet":
                 frame = pd.read_parquet(path)
             else:
-                raise InputDataError(f"prompt file {path}: unsupported format {suffix!r}; use .jsonl or .parquet")
+                raise InputDataError(
+                    f"prompt file {path}: unsupported format {suffix!r}; use .jsonl or .parquet"
+                )
         except InputDataError:
             raise
-        except Exception as exc:  # noqa: BLE001 - pandas/pyarrow raise many types
+        except Exception as exc:
             if isinstance(exc, UnicodeDecodeError):
                 reason = f"not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
             else:

@@ -84,7 +84,7 @@ def font_family() -> list[str]:
     empty boxes otherwise. Fonts that are not installed are left out of the list: naming them
     would make matplotlib log a "findfont" warning for every text.
     """
-    from matplotlib import font_manager  # noqa: PLC0415 - only when a figure is drawn
+    from matplotlib import font_manager
 
     installed = {font.name for font in font_manager.fontManager.ttflist}
     return ["DejaVu Sans", *(name for name in CJK_FALLBACK_FONTS if name in installed)]

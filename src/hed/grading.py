@@ -89,4 +89,6 @@ def grade_response(response: str, reference: str | None) -> Grade:
     )
     if not predicted or not gold:
         return Grade(extracted_answer=extracted, correct=False)
-    return Grade(extracted_answer=extracted, correct=bool(verify(gold, predicted, timeout_seconds=None)))
+    return Grade(
+        extracted_answer=extracted, correct=bool(verify(gold, predicted, timeout_seconds=None))
+    )

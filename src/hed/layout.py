@@ -88,7 +88,9 @@ def _parse_steps(name: str, steps: Any, root: str, embedded: bool) -> tuple[int,
     if isinstance(steps, int) and not isinstance(steps, bool):
         steps = [steps]
     if not isinstance(steps, list | tuple) or not steps:
-        raise ConfigError(f"runs.{name}.steps must be a non-empty list of integers or 'all', got {steps!r}")
+        raise ConfigError(
+            f"runs.{name}.steps must be a non-empty list of integers or 'all', got {steps!r}"
+        )
     parsed = []
     for step in steps:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -108,11 +110,16 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
     """
     runs_cfg = params.get("runs")
     if not isinstance(runs_cfg, dict) or not runs_cfg:
-        raise ConfigError("parameter `runs` is missing or empty: define at least one run in parameters.yml")
+        raise ConfigError(
+            "parameter `runs` is missing or empty: define at least one run in parameters.yml"
+        )
     runs = []
     for name, cfg in runs_cfg.items():
         if not _RUN_NAME_RE.match(str(name)):
-            raise ConfigError(f"run name {name!r}: use letters, digits, '_' or '-' (it becomes part of dataset names)")
+            raise ConfigError(
+                f"run name {name!r}: use letters, digits, '_' or '-' "
+                "(it becomes part of dataset names)"
+            )
         if not isinstance(cfg, dict):
             raise ConfigError(f"runs.{name} must be a mapping with checkpoint_root, steps and role")
         role = cfg.get("role", "single")
@@ -123,7 +130,11 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
             raise ConfigError(f"runs.{name}.checkpoint_root is missing")
         embedded = bool(cfg.get("embedded", False))
         steps = _parse_steps(name, cfg.get("steps", "all"), str(root), embedded)
-        runs.append(RunSpec(name=str(name), role=role, checkpoint_root=str(root), steps=steps, embedded=embedded))
+        runs.append(
+            RunSpec(
+                name=str(name), role=role, checkpoint_root=str(root), steps=steps, embedded=embedded
+            )
+        )
     generation = params.get("generation")
     if generation is None:
         generation = {}

@@ -371,7 +371,7 @@ def default_api_factory(*, base_url: str | None = None, timeout: int | None = No
         InputDataError: W&B cannot be reached or refuses the key.
     """
     key = resolve_wandb_api_key()
-    import wandb  # noqa: PLC0415 - slow to import; only the wandb source needs it
+    import wandb
 
     overrides = {"base_url": base_url} if base_url else None
     try:

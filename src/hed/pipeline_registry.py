@@ -17,5 +17,7 @@ def register_pipelines() -> dict[str, Pipeline]:
     """
     pipelines = find_pipelines(raise_errors=True)
     chain = ["mini_rl", "generation", "aggregation", "metrics", "reporting"]
-    pipelines["__default__"] = sum((pipelines[name] for name in chain if name in pipelines), Pipeline([]))
+    pipelines["__default__"] = sum(
+        (pipelines[name] for name in chain if name in pipelines), Pipeline([])
+    )
     return pipelines

@@ -46,10 +46,13 @@ def sample_rows(n_rows: int, num_prompts: int | None, seed: int, source: str) ->
     if num_prompts is None:
         return np.arange(n_rows)
     if isinstance(num_prompts, bool) or not isinstance(num_prompts, int) or num_prompts < 1:
-        raise ConfigError(f"prompts.num_prompts must be a positive integer or null, got {num_prompts!r}")
+        raise ConfigError(
+            f"prompts.num_prompts must be a positive integer or null, got {num_prompts!r}"
+        )
     if num_prompts > n_rows:
         raise ConfigError(
-            f"prompts.num_prompts is {num_prompts} but {source} has only {n_rows} rows; lower it or use null"
+            f"prompts.num_prompts is {num_prompts} but {source} has only {n_rows} rows; "
+            "lower it or use null"
         )
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(n_rows, size=num_prompts, replace=False))
@@ -73,4 +76,3 @@ def render_prompt(tokenizer: Any, user_text: str, params: dict[str, Any]) -> str
     if params.get("enable_thinking") is not None:
         kwargs["enable_thinking"] = bool(params["enable_thinking"])
     return tokenizer.apply_chat_template(messages, **kwargs)
-

@@ -529,9 +529,7 @@ def resolve_dtype(name: str, device: str | torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
     if name not in _DTYPES:
-        raise ConfigError(
-            f"generation.dtype: {name!r} is not one of auto, {', '.join(_DTYPES)}"
-        )
+        raise ConfigError(f"generation.dtype: {name!r} is not one of auto, {', '.join(_DTYPES)}")
     return _DTYPES[name]
 
 

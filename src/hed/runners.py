@@ -135,7 +135,7 @@ def visible_gpus() -> list[str]:
     number of devices torch can see (none without CUDA).
     """
     try:
-        import torch  # noqa: PLC0415 - only needed when the GPUs are not named
+        import torch
 
         count = torch.cuda.device_count()
     except ImportError:

@@ -259,7 +259,11 @@ def test_checkpoint_and_wandb_readers_wait_for_the_training():
         + generation_pipeline(layout, params=params)
         + metrics_pipeline(layout, params=params)
     )
-    readers = [n for n in chain.nodes if n.name.split(".")[-1] in {"resolve_checkpoints", "fetch_wandb_history"}]
+    readers = [
+        n
+        for n in chain.nodes
+        if n.name.split(".")[-1] in {"resolve_checkpoints", "fetch_wandb_history"}
+    ]
     assert len(readers) == 1 + len(RUNS)
     order = [n.name for n in chain.nodes]  # topological
     for node in readers:

@@ -147,7 +147,7 @@ def checkpoint_schedule(max_steps: int, save_every: int) -> tuple[int, ...]:
 
 
 def _grpo_fields() -> set[str]:
-    from trl import GRPOConfig  # noqa: PLC0415 - trl is heavy and only needed to train
+    from trl import GRPOConfig
 
     return {f.name for f in dataclasses.fields(GRPOConfig)}
 

@@ -42,7 +42,7 @@ def checkpoint_copy(model: Any, tokenizer: Any, eos_token_ids: Sequence[int]) ->
 
     A copy: casting the training model in place would lose its float32 master weights.
     """
-    import torch  # noqa: PLC0415 - heavy; callers hold a model already
+    import torch
 
     frozen = copy.deepcopy(model).to(torch.bfloat16).eval()
     frozen.generation_config.eos_token_id = list(eos_token_ids)

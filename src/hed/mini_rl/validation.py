@@ -76,9 +76,9 @@ def greedy_validation(
     Returns:
         A :class:`ValidationResult`.
     """
-    import torch  # noqa: PLC0415
+    import torch
 
-    from hed.entropy import entropy_from_logits  # noqa: PLC0415
+    from hed.entropy import entropy_from_logits
 
     was_training = model.training
     model.eval()

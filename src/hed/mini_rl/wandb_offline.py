@@ -62,7 +62,7 @@ def offline_wandb_run(
     Yields:
         The run; it is finished (flushed to ``run-<id>.wandb``) when the block exits.
     """
-    import wandb  # noqa: PLC0415 - slow to import
+    import wandb
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)

@@ -61,9 +61,8 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
     texts = chosen[column].astype("string")
     empty = texts.isna() | (texts.str.strip() == "")
     if empty.any():
-        raise InputDataError(
-            f"prompt file {source}: column {column!r} is empty in row {int(rows[np.argmax(empty.to_numpy())])}"
-        )
+        first = int(rows[np.argmax(empty.to_numpy())])
+        raise InputDataError(f"prompt file {source}: column {column!r} is empty in row {first}")
     suffix = params.get("instruction_suffix") or ""
     prompts = [str(text) + suffix for text in texts]
     answer_column = params.get("answer_column")
@@ -84,7 +83,9 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
 
 
 def resolve_checkpoints(
-    runs: dict[str, Any], generation: dict[str, Any], training_manifest: dict[str, Any] | None = None
+    runs: dict[str, Any],
+    generation: dict[str, Any],
+    training_manifest: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Find and validate the model folder of every selected (run, step), before any generation.
 
@@ -112,7 +113,10 @@ def resolve_checkpoints(
         resolved[run.name] = {
             "role": run.role,
             "checkpoint_root": run.checkpoint_root,
-            "steps": {str(step): checkpoint_fingerprint(model_dir_for_step(run.checkpoint_root, step)) for step in run.steps},
+            "steps": {
+                str(step): checkpoint_fingerprint(model_dir_for_step(run.checkpoint_root, step))
+                for step in run.steps
+            },
         }
         logger.info("Run %s: %d checkpoint(s), steps %s", run.name, len(run.steps), list(run.steps))
     return resolved
@@ -167,7 +171,9 @@ def generate_shard(
 
     entry = checkpoints.get(run, {}).get("steps", {}).get(str(step))
     if entry is None:
-        raise ConfigError(f"no checkpoint resolved for run {run!r} step {step}: rerun `resolve_checkpoints`")
+        raise ConfigError(
+            f"no checkpoint resolved for run {run!r} step {step}: rerun `resolve_checkpoints`"
+        )
     num_shards = int(params["num_shards"])
     mine = prompts[prompts["prompt_index"] % num_shards == shard]
     if params.get("torch_threads"):
@@ -175,19 +181,37 @@ def generate_shard(
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = resolve_dtype(params.get("dtype", "auto"), device)
     sampling = sampling_params_from(params)
-    model, tokenizer = load_model_and_tokenizer(entry["model_dir"], dtype=params.get("dtype", "auto"), device=device)
+    model, tokenizer = load_model_and_tokenizer(
+        entry["model_dir"], dtype=params.get("dtype", "auto"), device=device
+    )
     eos_ids = checkpoint_eos_token_ids(model, tokenizer)
     inputs = [
-        PromptInput(prompt_index=int(row.prompt_index), prompt_id=row.prompt_id, text=render_prompt(tokenizer, row.prompt, prompt_params))
+        PromptInput(
+            prompt_index=int(row.prompt_index),
+            prompt_id=row.prompt_id,
+            text=render_prompt(tokenizer, row.prompt, prompt_params),
+        )
         for row in mine.itertuples()
     ]
     answers = dict(zip(mine["prompt_index"].astype(int), mine["answer"], strict=True))
     ids_of = dict(zip(mine["prompt_index"].astype(int), mine["prompt_id"], strict=True))
     special_ids = np.array(sorted(set(tokenizer.all_special_ids) | set(eos_ids)), dtype=np.int32)
 
-    progress = _ProgressLog(f"{run}.step_{step}.shard_{shard}", len(inputs) * int(params["samples_per_prompt"]), params.get("log_every_s", 30))
+    progress = _ProgressLog(
+        f"{run}.step_{step}.shard_{shard}",
+        len(inputs) * int(params["samples_per_prompt"]),
+        params.get("log_every_s", 30),
+    )
     sequences = list(
-        generate_sequences(model, tokenizer, inputs, int(params["samples_per_prompt"]), sampling, eos_ids, progress=progress)
+        generate_sequences(
+            model,
+            tokenizer,
+            inputs,
+            int(params["samples_per_prompt"]),
+            sampling,
+            eos_ids,
+            progress=progress,
+        )
     )
     progress.finish()
     metadata = {
@@ -210,7 +234,9 @@ def generate_shard(
         ).encode()
     }
     records = records_table(sequences, run=run, step=step, shard=shard, special_ids=special_ids)
-    seqs = sequences_table(sequences, answers, ids_of, run=run, step=step, shard=shard, special_ids=special_ids)
+    seqs = sequences_table(
+        sequences, answers, ids_of, run=run, step=step, shard=shard, special_ids=special_ids
+    )
     return {
         "token_records": records.replace_schema_metadata(metadata),
         "sequences": seqs.replace_schema_metadata(metadata),
@@ -228,7 +254,9 @@ def sampling_params_from(params: dict[str, Any]):
 
     samples = params.get("samples_per_prompt")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise ConfigError(f"generation.samples_per_prompt must be a positive integer, got {samples!r}")
+        raise ConfigError(
+            f"generation.samples_per_prompt must be a positive integer, got {samples!r}"
+        )
     # values go to SamplingParams unconverted: it checks types and ranges and names the field
     # (float("hot") or int(None) here would raise a message that names nothing)
     return SamplingParams(
@@ -242,15 +270,24 @@ def sampling_params_from(params: dict[str, Any]):
     )
 
 
-def records_table(sequences: list[Any], *, run: str, step: int, shard: int, special_ids: np.ndarray) -> pa.Table:
-    """Assemble the token records of a shard (TOKEN_RECORD_SCHEMA), rows in (prompt, sample, position) order."""
+def records_table(
+    sequences: list[Any], *, run: str, step: int, shard: int, special_ids: np.ndarray
+) -> pa.Table:
+    """Assemble the token records of a shard (TOKEN_RECORD_SCHEMA).
+
+    Rows are in (prompt_index, sample_index, position) order.
+    """
     sequences = sorted(sequences, key=lambda s: (s.prompt_index, s.sample_index))
     lengths = np.array([len(s.token_ids) for s in sequences], dtype=np.int64)
     n = int(lengths.sum())
     k = sequences[0].topk_token_ids.shape[1] if sequences else 1
 
     def cat(name: str, dtype: Any) -> np.ndarray:
-        return np.concatenate([getattr(s, name) for s in sequences]).astype(dtype) if sequences else np.zeros(0, dtype)
+        return (
+            np.concatenate([getattr(s, name) for s in sequences]).astype(dtype)
+            if sequences
+            else np.zeros(0, dtype)
+        )
 
     token_ids = cat("token_ids", np.int32)
     logprob = cat("logprob", np.float32)
@@ -261,9 +298,17 @@ def records_table(sequences: list[Any], *, run: str, step: int, shard: int, spec
         "run": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([run])),
         "step": pa.array(np.full(n, step, np.int32)),
         "shard": pa.array(np.full(n, shard, np.int16)),
-        "prompt_index": pa.array(np.repeat([s.prompt_index for s in sequences], lengths).astype(np.int32)),
-        "sample_index": pa.array(np.repeat([s.sample_index for s in sequences], lengths).astype(np.int16)),
-        "position": pa.array(np.concatenate([np.arange(m, dtype=np.int32) for m in lengths]) if n else np.zeros(0, np.int32)),
+        "prompt_index": pa.array(
+            np.repeat([s.prompt_index for s in sequences], lengths).astype(np.int32)
+        ),
+        "sample_index": pa.array(
+            np.repeat([s.sample_index for s in sequences], lengths).astype(np.int16)
+        ),
+        "position": pa.array(
+            np.concatenate([np.arange(m, dtype=np.int32) for m in lengths])
+            if n
+            else np.zeros(0, np.int32)
+        ),
         "token_id": pa.array(token_ids),
         "token_text": pa.array([t for s in sequences for t in s.token_texts], type=pa.string()),
         "entropy": pa.array(cat("entropy", np.float32)),
@@ -295,7 +340,9 @@ def sequences_table(
     for seq in sorted(sequences, key=lambda s: (s.prompt_index, s.sample_index)):
         answer = answers.get(seq.prompt_index)
         special = np.isin(seq.token_ids, special_ids)
-        plain = "".join(t for t, is_special in zip(seq.token_texts, special, strict=True) if not is_special)
+        plain = "".join(
+            t for t, is_special in zip(seq.token_texts, special, strict=True) if not is_special
+        )
         grade = grade_response(plain, None if pd.isna(answer) else str(answer))
         rows.append(
             {
@@ -337,6 +384,9 @@ class _ProgressLog:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         logger.info(
             "%s: %d/%d responses, %d tokens, %.1f tokens/s",
-            self.label, self.done, self.total, self.tokens, self.tokens / elapsed,
+            self.label,
+            self.done,
+            self.total,
+            self.tokens,
+            self.tokens / elapsed,
         )
-

@@ -36,7 +36,9 @@ def create_pipeline(
     extra_inputs = training_inputs(params)
     shard_nodes = [
         Node(
-            func=update_wrapper(partial(generate_shard, run=run.name, step=step, shard=shard), generate_shard),
+            func=update_wrapper(
+                partial(generate_shard, run=run.name, step=step, shard=shard), generate_shard
+            ),
             inputs={
                 "prompts": "prompts",
                 "checkpoints": "checkpoints",
@@ -56,7 +58,12 @@ def create_pipeline(
     ]
     return Pipeline(
         [
-            Node(func=build_prompt_set, inputs=["raw_prompts", "params:prompts"], outputs="prompts", name="build_prompt_set"),
+            Node(
+                func=build_prompt_set,
+                inputs=["raw_prompts", "params:prompts"],
+                outputs="prompts",
+                name="build_prompt_set",
+            ),
             Node(
                 func=resolve_checkpoints,
                 inputs={"runs": "params:runs", "generation": "params:generation", **extra_inputs},

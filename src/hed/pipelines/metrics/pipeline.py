@@ -26,7 +26,9 @@ def _bind(func, **kwargs):
     return update_wrapper(partial(func, **kwargs), func)
 
 
-def _run_nodes(config: RunPass1Config, steps: list[int], extra_inputs: dict[str, str]) -> list[Node]:
+def _run_nodes(
+    config: RunPass1Config, steps: list[int], extra_inputs: dict[str, str]
+) -> list[Node]:
     """The nodes of one run, namespaced ``<run>.``."""
     run = config.run
     tags = ["metrics", f"run_{run}"]

@@ -69,7 +69,7 @@ def train_policy(
             that mini_rl did not write.
     """
     # torch, transformers and trl take seconds to import: only when a run is trained
-    from hed.mini_rl.trainer import train_or_reuse  # noqa: PLC0415
+    from hed.mini_rl.trainer import train_or_reuse
 
     spec = next(s for s in training_specs(mini_rl, runs, prompt_params) if s.run == run)
     return train_or_reuse(spec, train_set, validation_set)

@@ -16,6 +16,7 @@ from hed.layout import TRAINING_MANIFEST, active_params, training_inputs  # noqa
 
 from .nodes import collect_training_manifests, generate_task_sets, train_policy
 
+
 def create_pipeline(params: dict[str, Any] | None = None, **kwargs) -> Pipeline:
     """Build the mini_rl pipeline for the active environment (or ``params``).
 

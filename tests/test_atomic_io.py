@@ -87,3 +87,24 @@ def test_unwritable_target_names_the_path(tmp_path):
         CSVDataset(filepath=str(blocker / "t.csv")).save(pd.DataFrame({"a": [1]}))
     assert "\n" not in str(err.value)
     assert _files(tmp_path) == ["not_a_folder"]
+
+
+def test_owned_temporary_folder_removes_only_dead_writers_folders(tmp_path):
+    import subprocess
+
+    from hed.atomic_io import _host, owned_temporary_folder
+
+    child = subprocess.Popen(["sleep", "0"])
+    child.wait()  # its pid now names a process that no longer runs
+    killed = tmp_path / f"hed-run.step_3-{_host()}-{child.pid}-abc123"
+    alive = tmp_path / f"hed-run.step_3-{_host()}-{os.getpid()}-def456"
+    elsewhere = tmp_path / f"hed-run.step_3-otherhost-{child.pid}-ghi789"
+    other_step = tmp_path / f"hed-run.step_30-{_host()}-{child.pid}-jkl012"
+    for folder in (killed, alive, elsewhere, other_step):
+        folder.mkdir()
+        (folder / "rows.arrows").write_bytes(b"x" * 10)
+    new = owned_temporary_folder("hed-run.step_3-", tmp_path)
+    assert new.is_dir() and not any(new.iterdir())
+    assert new.name.startswith(f"hed-run.step_3-{_host()}-{os.getpid()}-")
+    assert not killed.exists()  # this host, process gone
+    assert alive.exists() and elsewhere.exists() and other_step.exists()

@@ -22,9 +22,11 @@ Reads and every other filesystem operation are plain ``LocalFileSystem`` behavio
 from __future__ import annotations
 
 import errno
+import glob
 import io
 import os
 import re
+import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -118,6 +120,33 @@ def remove_stale_temporaries(target: str | os.PathLike) -> list[Path]:
                 except OSError:
                     pass
     return removed
+
+
+def owned_temporary_folder(prefix: str, parent: str | os.PathLike | None = None) -> Path:
+    """Create a scratch folder ``<prefix><host>-<pid>-<random>``; remove dead writers' first.
+
+    A folder of the same ``prefix`` whose name says it was made on this host by a process that
+    no longer runs (a killed aggregation) is deleted before the new one is made, so killed runs
+    do not pile up gigabytes in the temporary directory.
+
+    Args:
+        prefix: e.g. ``hed-<run>.step_<step>-``.
+        parent: where to create it (default: :func:`tempfile.gettempdir`).
+
+    Returns:
+        The new, empty folder (the caller removes it when done).
+    """
+    parent = Path(parent or tempfile.gettempdir())
+    owner = re.compile(rf"^{re.escape(prefix)}(?P<host>.+)-(?P<pid>\d+)-[^-]+$")
+    try:
+        leftovers = [p for p in parent.glob(f"{glob.escape(prefix)}*") if p.is_dir()]
+    except OSError:
+        leftovers = []
+    for folder in leftovers:
+        match = owner.match(folder.name)
+        if match and match["host"] == _host() and not _running(int(match["pid"])):
+            shutil.rmtree(folder, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{_host()}-{os.getpid()}-", dir=parent))
 
 
 def _host() -> str:

@@ -29,7 +29,6 @@ import logging
 import queue
 import re
 import shutil
-import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from hed.atomic_io import owned_temporary_folder
 from hed.errors import ConfigError, InputDataError
 from hed.lexicon import Lexicon, parse_lexicon
 from hed.pipelines.generation.shard_metadata import GENERATION_METADATA_KEY, stale_field
@@ -385,7 +385,7 @@ def merge_token_records(
     spill = HighEntropySpill(
         run=selection.run,
         step=selection.step,
-        directory=tempfile.mkdtemp(prefix=f"hed-{selection.run}.step_{selection.step}-"),
+        directory=str(owned_temporary_folder(f"hed-{selection.run}.step_{selection.step}-")),
     )
     chunks = _merged_chunks(
         shard_records, order, selection, lexicon=lexicon, chunk_records=chunk_records, spill=spill

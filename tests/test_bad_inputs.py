@@ -1116,7 +1116,7 @@ def _(t: Ctx) -> Expect:
     return Expect(
         lambda: plan_publication(config, {"env": "local"}, {"env_name": None}),
         ConfigError,
-        ("'qae_repro'", "kedro run --pipeline reporting"),
+        ("'qae_repro'", "kedro run --pipelines reporting"),
     )
 
 

@@ -13,7 +13,7 @@ rewritten in the copy's ``conf/qae_repro`` (pass@1: ``generated`` for one run, a
 here for the other). The tables of both figures are checked against counts and shares computed
 here from the merged token records (pyarrow, the lexicon of the parameters, the high-entropy set
 recomputed from the entropies); the PNGs against the configured pixel size. Then the checkpoint
-folders are moved away and ``--pipeline reporting`` must re-plot from the existing records.
+folders are moved away and ``--pipelines reporting`` must re-plot from the existing records.
 
 The single-run table name (``figure2_single_run_diagnostic``) is covered elsewhere:
 ``tests/pipelines/test_reporting.py::test_single_run_configuration_writes_the_single_run_table``

@@ -197,7 +197,7 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
         if not path.exists():
             raise InputDataError(
                 f"{path} does not exist: run the pipeline that writes it "
-                "(`kedro run --pipeline generation` or `--pipeline aggregation`)"
+                "(`kedro run --pipelines generation` or `--pipelines aggregation`)"
             )
         try:
             return ds.dataset(str(path), format="parquet")

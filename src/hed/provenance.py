@@ -266,7 +266,7 @@ def check_env_name(name: str) -> str:
 def rerun_reporting(env: str) -> str:
     """The command that rewrites the reporting outputs of the environment labelled ``env``."""
     suffix = "" if env == DEFAULT_ENV_LABEL else f" --env {env}"
-    return f"kedro run --pipeline reporting{suffix}"
+    return f"kedro run --pipelines reporting{suffix}"
 
 
 def _sha256(path: Path) -> str:

@@ -129,7 +129,7 @@ def test_publish_refuses_the_config_of_another_environment(reported_by_default_e
     root = reported_by_default_env
     with pytest.raises(
         ConfigError,
-        match=r"written by environment 'base'.*kedro run --pipeline reporting --env qae_repro",
+        match=r"written by environment 'base'.*kedro run --pipelines reporting --env qae_repro",
     ):
         publish(root, env="qae_repro")
     assert not (root / "results" / "final_artifacts" / "qae_repro").exists()

@@ -818,7 +818,7 @@ def _check_generation_metadata(
     if checkpoint is None and isinstance(meta.get("checkpoint"), dict):
         raise InputDataError(
             f"{source}: the checkpoints dataset has no entry for {run} step {step}, so the "
-            f"shard's checkpoint cannot be checked; rerun `kedro run --pipeline generation "
+            f"shard's checkpoint cannot be checked; rerun `kedro run --pipelines generation "
             f"--nodes resolve_checkpoints` with this configuration"
         )
     stale = stale_field(
@@ -832,7 +832,7 @@ def _check_generation_metadata(
         raise InputDataError(
             f"{source}: stale shard: {stale.field} was {stale.recorded} when it was generated "
             f"but is {stale.current} now; delete {_shard_folder(source)}/ and rerun generation "
-            f"(`kedro run --pipeline generation --only-missing-outputs`), or {stale.restore}"
+            f"(`kedro run --pipelines generation --only-missing-outputs`), or {stale.restore}"
         )
     return meta
 

@@ -4,7 +4,7 @@ Every shard file (``<run>.step_<step>.shard_<k>.token_records`` and ``.sequences
 the Parquet key-value metadata ``hed.generation`` (JSON, written by
 :func:`hed.pipelines.generation.nodes.generate_shard`). Aggregation compares it with the
 current configuration before it merges a step (:func:`stale_field`), because
-``--only-missing-outputs`` and ``kedro run --pipeline aggregation`` reuse shard files that
+``--only-missing-outputs`` and ``kedro run --pipelines aggregation`` reuse shard files that
 exist, whatever parameters they were made with.
 
 Compared — they change which tokens are sampled or what a record holds:

@@ -10,7 +10,7 @@ from .nodes import plan_publication
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    """Build the publish pipeline (one node; run it on its own: ``kedro run --pipeline publish``).
+    """Build the publish pipeline (one node; run it on its own: ``kedro run --pipelines publish``).
 
     ``publish_artifacts``: ``resolved_config`` + ``run_context`` + ``params:publish`` →
     ``final_artifacts`` (:class:`hed.provenance.PublishedArtifactsDataset`).

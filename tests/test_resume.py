@@ -31,7 +31,7 @@ from kedro_datasets.json import JSONDataset
 
 from hed.atomic_io import install_atomic_local_writes, remove_stale_temporaries
 from hed.datasets import ArrowParquetDataset, write_parquet_atomically
-from hed.errors import InputDataError
+from hed.errors import ConfigError, InputDataError
 
 from .project_copy import (
     NUM_SHARDS,
@@ -277,6 +277,27 @@ def test_batch_size_and_threads_changes_do_not_make_real_shards_stale(reaggregat
     # the refused run wrote nothing; the accepted one one more version, of the same records
     assert len(reaggregated.merged_after) == len(reaggregated.merged_before) + 1
     assert reaggregated.merged_after[-1].content == reaggregated.merged_before[-1].content
+
+
+@pytest.mark.slow
+def test_only_missing_outputs_refuses_to_reuse_shards_of_other_parameters(reaggregated):
+    project = reaggregated.step_folder.parents[4]
+    before = snapshot(project)
+    with pytest.raises(ConfigError) as refused:
+        run_kedro(
+            project, "generation", params={"generation": {"top_p": 0.9}}, only_missing_outputs=True
+        )
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"{reaggregated.step_folder}/shard_0.sequences.parquet/")
+    assert "generation.top_p was 1.0 when it was generated but is 0.9 now" in message
+    assert "run without --only-missing-outputs" in message
+    assert snapshot(project) == before  # refused before any node ran
+    # unchanged and non-shaping parameters: every shard is reused, nothing is written
+    run_kedro(
+        project, "generation", params={"generation": {"batch_size": 3}}, only_missing_outputs=True
+    )
+    assert snapshot(project) == before
 
 
 # ------------------------------------------------------------------ the pieces, fast

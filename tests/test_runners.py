@@ -97,9 +97,10 @@ def test_dispatch_key_orders_run_step_shard_naturally():
 
 def test_resume_command_outside_the_cli_names_env_runner_and_gpus(monkeypatch):
     monkeypatch.setenv("KEDRO_ENV", "qae_repro")
-    assert GPURunner(gpus="0:1").resume_command() == (
-        "kedro run --env qae_repro --runner hed.runners.GPURunner "
-        "--runner-params gpus=0:1 --only-missing-outputs"
+    failed = ["run.step_10.shard_1.generate_shard", "run.step_2.shard_0.generate_shard"]
+    assert GPURunner(gpus="0:1").resume_command(failed) == (
+        "kedro run --env qae_repro --runner hed.runners.GPURunner --runner-params gpus=0:1 "
+        "--from-nodes run.step_2.shard_0.generate_shard,run.step_10.shard_1.generate_shard"
     )
 
 
@@ -234,7 +235,8 @@ def test_a_failed_gpu_node_stops_only_itself_and_its_dependents(tmp_path):
     assert "after_bad" in message
     assert pickle.loads(pickle.dumps(error)).failures == error.failures
     assert message.endswith(
-        "kedro run --runner hed.runners.GPURunner --runner-params gpus=0:1 --only-missing-outputs"
+        "kedro run --runner hed.runners.GPURunner --runner-params gpus=0:1 "
+        "--from-nodes bad,bad_here,killed"
     )
 
 
@@ -427,7 +429,7 @@ def test_kedro_run_names_the_failure_and_a_resume_command_that_works(failed_cli_
     assert "bad: RuntimeError: boom: data/fail exists" in output
     resume = (
         "kedro run --env local --runner hed.runners.GPURunner --runner-params gpus=0:1 "
-        "--only-missing-outputs"
+        "--from-nodes bad"
     )
     assert resume in output
     assert not (project / "data/after_bad.json").exists()

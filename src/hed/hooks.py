@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from kedro.config import MissingConfigException, OmegaConfigLoader
@@ -10,7 +12,9 @@ from kedro.framework.hooks import hook_impl
 from kedro.framework.project import settings
 
 from hed import layout
+from hed.errors import ConfigError
 from hed.pass1_sources import export_wandb_api_key
+from hed.pipelines.generation.shard_metadata import GENERATION_METADATA_KEY, stale_reused_shard
 
 
 def _credentials(context: KedroContext) -> dict[str, Any]:
@@ -34,6 +38,60 @@ def _credentials(context: KedroContext) -> dict[str, Any]:
     return credentials
 
 
+#: Dataset names of shard files (DESIGN.md §4): ``<run>.step_<step>.shard_<k>.sequences``.
+_SHARD_SEQUENCES = re.compile(r"^(?P<step>.+\.step_\d+)\.shard_\d+\.sequences$")
+
+
+def check_reused_shards(pipeline: Any, catalog: Any) -> int:
+    """Refuse an ``--only-missing-outputs`` run that would reuse shards of other parameters.
+
+    ``--only-missing-outputs`` skips every generation node whose shard file exists, whatever
+    parameters made it, and then every aggregation node whose outputs exist: after a change
+    of ``generation.temperature`` such a run would finish at once and keep the old records.
+    Each shard's ``sequences`` file records its generation parameters (``hed.generation``);
+    they are compared here with the current ``params:generation`` and ``params:prompts``
+    (sampling parameters, dtype, prompt rendering) before anything runs.
+
+    Args:
+        pipeline: the pipeline about to run.
+        catalog: the run's catalog (``params:generation``, ``params:prompts``, the shards).
+
+    Returns:
+        The number of existing shard files checked.
+
+    Raises:
+        ConfigError: an existing shard is stale; the message names the file, the parameter,
+            both values and the two ways out.
+    """
+    names = sorted(n for n in pipeline.datasets() if _SHARD_SEQUENCES.match(n))
+    if not names or "params:generation" not in pipeline.datasets():
+        return 0
+    generation = catalog.load("params:generation") or {}
+    prompt_params = catalog.load("params:prompts") if "params:prompts" in catalog else None
+    checked = 0
+    for name in names:
+        dataset = catalog.get(name)
+        if dataset is None or not dataset.exists():
+            continue
+        records = dataset.load()
+        files = getattr(records, "files", None) or [name]
+        raw = (records.schema.metadata or {}).get(GENERATION_METADATA_KEY)
+        checked += 1
+        try:
+            recorded = json.loads(raw) if raw else None
+        except ValueError:
+            recorded = None
+        stale = recorded and stale_reused_shard(recorded, generation, prompt_params)
+        if stale:
+            raise ConfigError(
+                f"{files[0]}: stale shard: {stale.field} was {stale.recorded} when it was "
+                f"generated but is {stale.current} now, and --only-missing-outputs would reuse "
+                f"it; run without --only-missing-outputs to regenerate every shard, or "
+                f"{stale.restore}"
+            )
+    return checked
+
+
 class ProjectHooks:
     """HED's project hooks."""
 
@@ -53,3 +111,9 @@ class ProjectHooks:
         # build (and cache) every pipeline to validate them, before the layout is known.
         layout.activate(context.config_loader["parameters"])
         export_wandb_api_key(_credentials(context))
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        """With ``--only-missing-outputs``: refuse stale shards (:func:`check_reused_shards`)."""
+        if run_params.get("only_missing_outputs"):
+            check_reused_shards(pipeline, catalog)

@@ -16,7 +16,7 @@ submits ready nodes to. That executor
 * runs every other node on a thread of the parent process;
 * records a failed node instead of raising it, so its siblings keep running, and skips the
   nodes downstream of it; the run then ends with one :class:`FailedNodesError` naming every
-  failed node and the command that resumes only what is missing.
+  failed node and the command that reruns them and what depends on them (``--from-nodes``).
 
 A child process sets up the project (``configure_project``, the parent's logging configuration,
 a hook manager built from ``settings.HOOKS``) before it unpickles its task, so project hooks
@@ -96,7 +96,7 @@ class FailedNodesError(RuntimeError):
     Attributes:
         failures: failed node name → one-line reason.
         skipped: node not run → the failed or skipped upstream nodes it needed.
-        resume_command: the ``kedro run ... --only-missing-outputs`` command to run next.
+        resume_command: the ``kedro run ... --from-nodes <failed>`` command to run next.
     """
 
     def __init__(
@@ -110,7 +110,7 @@ class FailedNodesError(RuntimeError):
         if skipped:
             names = ", ".join(sorted(skipped, key=dispatch_key))
             lines.append(f"{len(skipped)} node(s) downstream of them did not run: {names}")
-        lines += ["Resume only what is missing with:", f"  {resume_command}"]
+        lines += ["Rerun the failed nodes and everything after them with:", f"  {resume_command}"]
         super().__init__("\n".join(lines))
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -268,24 +268,41 @@ class GPURunner(ParallelRunner):
             AbstractRunner._run(self, pipeline, catalog, hook_manager, run_id)
         executor = self._executor
         if executor is not None and executor.failures:
-            raise FailedNodesError(executor.failures, executor.skipped, self.resume_command())
+            raise FailedNodesError(
+                executor.failures, executor.skipped, self.resume_command(executor.failures)
+            )
 
-    def resume_command(self) -> str:
-        """The command that reruns only what is missing.
+    def resume_command(self, failed_nodes: Iterable[str]) -> str:
+        """The command that reruns the failed nodes and everything downstream of them.
 
-        Under ``kedro run`` it is that very command plus ``--only-missing-outputs``; otherwise
-        a ``kedro run`` with this runner, its parameters and ``--env $KEDRO_ENV`` when set.
+        ``--from-nodes <failed>``, not ``--only-missing-outputs``: that flag skips every node
+        whose outputs exist, and with Kedro's versioned datasets an older run's tables and
+        figures exist, so the nodes downstream of a regenerated shard would not run again.
+        Every node that is not downstream of a failure has completed (siblings go on).
+
+        Under ``kedro run`` it is that very command with ``--from-nodes`` (an earlier
+        ``--from-nodes`` and ``--only-missing-outputs`` are dropped); otherwise a ``kedro run``
+        with this runner, its parameters and ``--env $KEDRO_ENV`` when set.
+
+        Args:
+            failed_nodes: names of the nodes that failed.
         """
+        from_nodes = ["--from-nodes", ",".join(sorted(failed_nodes, key=dispatch_key))]
         ctx = click.get_current_context(silent=True)
         if ctx is not None and ctx.command.name == "run":
-            args = [arg for arg in sys.argv[1:] if arg != "--only-missing-outputs"]
-            return shlex.join(["kedro", *args, "--only-missing-outputs"])
+            args, dropped = [], False
+            for arg in sys.argv[1:]:
+                if dropped:
+                    dropped = False
+                elif arg == "--from-nodes":
+                    dropped = True
+                elif arg != "--only-missing-outputs" and not arg.startswith("--from-nodes="):
+                    args.append(arg)
+            return shlex.join(["kedro", *args, *from_nodes])
         env = os.environ.get("KEDRO_ENV")
         runner = f"{type(self).__module__}.{type(self).__qualname__}"
         args = ["--runner", runner, "--runner-params", self._runner_params()]
-        return shlex.join(
-            ["kedro", "run", *(["--env", env] if env else []), *args, "--only-missing-outputs"]
-        )
+        return shlex.join(["kedro", "run", *(["--env", env] if env else []), *args, *from_nodes])
 
     def _runner_params(self) -> str:
         ids = [slot.cuda_visible_devices for slot in self._slots]

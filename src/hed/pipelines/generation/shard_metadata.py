@@ -223,7 +223,8 @@ def _stale_prompts(recorded: dict[str, Any], prompt_ids: Iterable[str] | None) -
         + (f", e.g. {gone[0]})" if gone else ")"),
         f"{len(now)} ids ({len(new)} not in the shard" + (f", e.g. {new[0]})" if new else ")"),
         "restore the prompt file and the prompts parameters (num_prompts, seed, "
-        "instruction_suffix, prompt_columns)",
+        "instruction_suffix, prompt_columns) and rebuild the prompt set "
+        "(`kedro run --nodes build_prompt_set`)",
     )
 
 
@@ -254,3 +255,29 @@ def _show(value: Any) -> str:
 
 def _short(value: Any) -> str:
     return "null" if value is None else str(value)[:12]
+
+
+def stale_reused_shard(
+    recorded: dict[str, Any], generation: dict[str, Any], prompt_params: dict[str, Any] | None
+) -> StaleField | None:
+    """The first parameter that makes an existing shard stale, from the parameters alone.
+
+    For ``--only-missing-outputs``, before anything runs: it compares the sampling parameters,
+    the dtype and the prompt rendering (not the checkpoint or the prompt set, whose datasets
+    may be rebuilt by the run itself; aggregation compares those).
+
+    Args:
+        recorded: the decoded ``hed.generation`` metadata of one shard file.
+        generation: the current ``params:generation``.
+        prompt_params: the current ``params:prompts``.
+
+    Returns:
+        The first mismatch, or ``None``.
+    """
+    return stale_field(
+        recorded,
+        generation=generation,
+        prompt_params=prompt_params,
+        checkpoint=None,
+        prompt_ids=None,
+    )

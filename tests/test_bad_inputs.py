@@ -34,7 +34,7 @@ import pytest
 import torch
 from kedro.config import OmegaConfigLoader
 from kedro.io import DataCatalog
-from kedro.io.core import DatasetError
+from kedro.io.core import DatasetError, Version
 from kedro.pipeline import Node
 
 from hed.atomic_io import install_atomic_local_writes
@@ -694,6 +694,19 @@ def _(t: Ctx) -> Expect:
         lambda: catalog.load("dapo.step_20.shard_0.token_records"),
         InputDataError,
         ("dapo.step_20.shard_0.token_records", str(path), "does not exist"),
+    )
+
+
+@case("records-no-version")
+def _(t: Ctx) -> Expect:
+    path = t.tmp / "token_records" / "dapo" / "step_20" / "shard_1.parquet"
+    path.mkdir(parents=True)  # the versions folder is there, no version in it (deleted)
+    name = "dapo.step_20.shard_1.token_records"
+    catalog = DataCatalog(
+        {name: ArrowParquetDataset(filepath=str(path), version=Version(None, None))}
+    )
+    return Expect(
+        lambda: catalog.load(name), InputDataError, (name, str(path), "has no version", "kedro run")
     )
 
 

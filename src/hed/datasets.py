@@ -26,7 +26,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError, Version
+from kedro.io.core import (
+    AbstractDataset,
+    AbstractVersionedDataset,
+    DatasetError,
+    Version,
+    VersionNotFoundError,
+)
 
 from hed.atomic_io import remove_stale_temporaries, temporary_prefix, write_error
 from hed.errors import InputDataError
@@ -193,7 +199,14 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
         return Path(str(self._get_load_path()))
 
     def load(self) -> ds.Dataset:
-        path = self.load_path
+        try:
+            path = self.load_path
+        except VersionNotFoundError:
+            raise InputDataError(
+                f"{self._filepath} has no version (no folder <timestamp>/{self._filepath.name} "
+                "in it): run the pipeline that writes it "
+                "(`kedro run --pipelines generation` or `--pipelines aggregation`)"
+            ) from None
         if not path.exists():
             raise InputDataError(
                 f"{path} does not exist: run the pipeline that writes it "

@@ -1274,6 +1274,13 @@ def _(t: Ctx) -> Expect:
     return Expect(lambda: resolve_slots("cpu", 0), ConfigError, ("cpu_workers=0",))
 
 
+@case("runner-unknown-param")
+def _(t: Ctx) -> Expect:
+    from hed.runners import GPURunner
+
+    return Expect(lambda: GPURunner(gpu="cpu"), ConfigError, ("unknown --runner-params gpu",))
+
+
 # ------------------------------------------------------------------ mini_rl
 
 

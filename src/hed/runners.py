@@ -212,7 +212,8 @@ class GPURunner(ParallelRunner):
         is_async: load and save each node's datasets on threads (Kedro's ``--async``).
 
     Raises:
-        ConfigError: invalid ``gpus``, ``cpu_workers`` or ``threads``.
+        ConfigError: invalid ``gpus``, ``cpu_workers`` or ``threads``, or another keyword
+            (a misspelt ``--runner-params`` name such as ``gpu=cpu``).
     """
 
     def __init__(
@@ -221,7 +222,13 @@ class GPURunner(ParallelRunner):
         cpu_workers: int = 1,
         threads: int = 1,
         is_async: bool = False,
+        **unknown: Any,
     ) -> None:
+        if unknown:
+            raise ConfigError(
+                f"GPURunner: unknown --runner-params {', '.join(sorted(unknown))}; "
+                "use gpus, cpu_workers and threads (e.g. gpus=cpu,cpu_workers=2)"
+            )
         # ParallelRunner.__init__, except that the manager of the shared-memory datasets (a
         # process) ends with this one even if it is killed, as the node processes do.
         AbstractRunner.__init__(self, is_async=is_async)

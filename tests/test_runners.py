@@ -72,6 +72,18 @@ def test_resolve_slots_rejects_bad_values(monkeypatch, gpus, cpu_workers):
         resolve_slots(gpus, cpu_workers)
 
 
+def test_gpu_ids_without_cuda_are_kept_but_warned_about(monkeypatch, caplog):
+    monkeypatch.setattr(runners, "visible_gpus", lambda: [])
+    with caplog.at_level("WARNING", logger="hed.runners"):
+        assert resolve_slots("0:1") == [Slot("GPU 0", "0"), Slot("GPU 1", "1")]
+    assert "gpus=0:1 names GPUs but torch sees no CUDA device" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(runners, "visible_gpus", lambda: ["0", "1"])
+    with caplog.at_level("WARNING", logger="hed.runners"):
+        resolve_slots([1])
+    assert "no CUDA device" not in caplog.text
+
+
 def test_without_cuda_the_default_is_one_cpu_worker():
     if runners.visible_gpus():
         pytest.skip("this machine has a CUDA device")

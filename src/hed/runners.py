@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 GPU_TAG = "gpu"
 TERMINATE_GRACE_S = 10.0  # SIGTERM → SIGKILL for a node's process group when a run is stopped
 
+logger = logging.getLogger(__name__)
 _DIGITS = re.compile(r"(\d+)")
 
 
@@ -186,6 +187,12 @@ def resolve_slots(gpus: GpuSpec = None, cpu_workers: int = 1) -> list[Slot]:
                 "write e.g. gpus=0:1:2 or gpus=[3]"
             )
     if ids:
+        if not isinstance(gpus, int) and gpus is not None and not visible_gpus():
+            logger.warning(
+                "GPURunner: gpus=%s names GPUs but torch sees no CUDA device here: the gpu "
+                "nodes run on CPU, one per named id (use gpus=cpu,cpu_workers=N to say so)",
+                gpus if isinstance(gpus, str) else ":".join(map(str, gpus)),
+            )
         return [Slot(f"GPU {i}", i) for i in ids]
     if isinstance(cpu_workers, bool) or not isinstance(cpu_workers, int) or cpu_workers < 1:
         raise ConfigError(f"GPURunner: cpu_workers={cpu_workers!r} must be a whole number ≥ 1")

@@ -1,0 +1,54 @@
+"""Checks the project hooks run before the first node: parameters of every section the run reads."""
+
+from __future__ import annotations
+
+import pytest
+from kedro.io import DataCatalog, MemoryDataset
+from kedro.pipeline import Node, Pipeline
+
+from hed.errors import ConfigError
+from hed.hooks import check_parameters
+
+GENERATION = {"num_shards": 1, "samples_per_prompt": 2, "max_new_tokens": 8, "dtype": "auto"}
+AGGREGATION = {"top_entropy_frac": 0.2, "lexicon": {"anthropomorphic": ["wait"]}}
+REPORTING = {"strict": False, "top_n_words": 20, "fig3": {"steps": [20, 80]}}
+
+
+def _identity(*args):
+    return args[0]
+
+
+def _run(sections: dict[str, object]) -> list[str]:
+    """``check_parameters`` on a pipeline of one node reading ``params:<section>`` of each."""
+    names = [f"params:{name}" for name in sections]
+    pipeline = Pipeline([Node(_identity, names, "out", name="reads_params")])
+    catalog = DataCatalog({f"params:{k}": MemoryDataset(v) for k, v in sections.items()})
+    return check_parameters(pipeline, catalog)
+
+
+def test_valid_parameters_pass_and_only_the_sections_read_are_checked():
+    assert _run({"generation": GENERATION, "aggregation": AGGREGATION, "reporting": REPORTING}) == [
+        "generation",
+        "aggregation",
+        "reporting",
+    ]
+    # a reporting-only run does not look at a broken generation section
+    assert _run({"reporting": REPORTING}) == ["reporting"]
+
+
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        ({"aggregation": {**AGGREGATION, "top_entropy_frac": 20}}, "top_entropy_frac = 20"),
+        ({"aggregation": {**AGGREGATION, "lexicon": {"anthropomorphic": [4]}}}, "lexicon"),
+        ({"reporting": {**REPORTING, "top_n_words": 0}}, "reporting.top_n_words"),
+        ({"reporting": {**REPORTING, "fig3": {"steps": "20, 80"}}}, "reporting.fig3.steps"),
+        ({"reporting": {**REPORTING, "strict": "false"}}, "reporting.strict"),
+        ({"generation": {**GENERATION, "temperature": 0}}, "generation.temperature"),
+        ({"generation": {**GENERATION, "dtype": "fp8"}}, "generation.dtype"),
+    ],
+)
+def test_a_bad_value_of_any_section_read_stops_the_run_before_its_first_node(sections, message):
+    with pytest.raises(ConfigError) as raised:
+        _run({"generation": GENERATION, **sections})
+    assert message in str(raised.value) and "\n" not in str(raised.value)

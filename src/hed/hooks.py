@@ -92,6 +92,60 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
     return checked
 
 
+def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
+    """Check the parameters every node of the run will read, before the first node runs.
+
+    Nodes check their own parameters, but a bad ``aggregation.top_entropy_frac`` or
+    ``reporting.top_n_words`` would otherwise surface only after hours of generation. Checked
+    here, for the sections the pipeline reads: ``generation`` (sampling parameters, dtype),
+    ``aggregation`` (``top_entropy_frac``, the lexicon) and ``reporting`` (section shape,
+    ``top_n_words``, ``fig3.steps``). The checks are the nodes' own functions.
+
+    Args:
+        pipeline: the pipeline about to run.
+        catalog: the run's catalog (holds ``params:<section>``).
+
+    Returns:
+        The sections checked, e.g. ``["generation", "aggregation"]``.
+
+    Raises:
+        ConfigError: the first invalid value, in the nodes' own one-line wording.
+    """
+    datasets = pipeline.datasets()
+    checked = []
+    if "params:generation" in datasets:
+        from hed.pipelines.generation.nodes import sampling_params_from
+        from hed.recording import resolve_dtype
+
+        generation = catalog.load("params:generation") or {}
+        if not isinstance(generation, dict):
+            raise ConfigError(f"parameter `generation` must be a mapping, got {generation!r}")
+        sampling_params_from(generation)
+        resolve_dtype(generation.get("dtype", "auto"), "cpu")
+        checked.append("generation")
+    if "params:aggregation" in datasets:
+        from hed.lexicon import parse_lexicon
+        from hed.pipelines.aggregation.nodes import parameter_section
+        from hed.thresholds import validate_top_entropy_frac
+
+        aggregation = parameter_section(catalog.load("params:aggregation"), "aggregation")
+        validate_top_entropy_frac(aggregation.get("top_entropy_frac", 0.2))
+        parse_lexicon(aggregation.get("lexicon"))
+        checked.append("aggregation")
+    if "params:reporting" in datasets:
+        from hed.pipelines.reporting.nodes import (
+            fig3_steps_param,
+            reporting_section,
+            top_n_words_param,
+        )
+
+        reporting = reporting_section(catalog.load("params:reporting"))
+        top_n_words_param(reporting)
+        fig3_steps_param(reporting)
+        checked.append("reporting")
+    return checked
+
+
 class ProjectHooks:
     """HED's project hooks."""
 
@@ -114,6 +168,8 @@ class ProjectHooks:
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
-        """With ``--only-missing-outputs``: refuse stale shards (:func:`check_reused_shards`)."""
+        """Check parameters up front (:func:`check_parameters`); with
+        ``--only-missing-outputs``, refuse stale shards (:func:`check_reused_shards`)."""
+        check_parameters(pipeline, catalog)
         if run_params.get("only_missing_outputs"):
             check_reused_shards(pipeline, catalog)

@@ -208,15 +208,22 @@ def build_run_context(run_params: Mapping[str, Any], catalog: Any, pipeline: Any
                 "namespaces",
                 "load_versions",
                 "runtime_params",
-                "runner",
             )
-        },
+        }
+        | {"runner": _runner_name(run_params.get("runner"))},
         "outputs": {
             name: describe_dataset(catalog, name, "save")
             for name in sorted(pipeline.all_outputs())
             if _is_dataset(name)
         },
     }
+
+
+def _runner_name(runner: Any) -> Any:
+    """``hed.runners.GPURunner`` rather than Kedro's ``<hed.runners.GPURunner object at 0x..>``."""
+    if isinstance(runner, str) and " object at 0x" in runner:
+        return runner.strip("<>").split(" object at ")[0]
+    return runner
 
 
 class ProvenanceHooks:

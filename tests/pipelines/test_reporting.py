@@ -785,3 +785,12 @@ def test_git_state_without_git_is_none(monkeypatch, tmp_path):
 def test_package_versions_reads_installed_metadata():
     versions = provenance.package_versions(("kedro", "no-such-package-hed"))
     assert versions["kedro"] and versions["no-such-package-hed"] is None
+
+
+def test_resolved_config_names_the_runner_class_not_its_repr():
+    from hed.provenance import _runner_name
+
+    repr_ = "<hed.runners.GPURunner object at 0x7f3a2c1b9d50>"
+    assert _runner_name(repr_) == "hed.runners.GPURunner"
+    assert _runner_name("SequentialRunner") == "SequentialRunner"
+    assert _runner_name(None) is None

@@ -266,7 +266,7 @@ def compute_entropy_threshold(
             step has no non-special token.
         ConfigError: ``top_entropy_frac`` outside (0, 1].
     """
-    rho = _section(aggregation, "aggregation").get("top_entropy_frac", 0.2)
+    rho = parameter_section(aggregation, "aggregation").get("top_entropy_frac", 0.2)
     validate_top_entropy_frac(rho)
     buffer = np.empty(int(shard_report["n_records"].sum()), dtype=np.float32)
     n = 0
@@ -379,7 +379,7 @@ def merge_token_records(
     Raises:
         ConfigError: the lexicon is invalid.
     """
-    lexicon = parse_lexicon(_section(aggregation, "aggregation").get("lexicon"))
+    lexicon = parse_lexicon(parameter_section(aggregation, "aggregation").get("lexicon"))
     chunk_records = _chunk_records(aggregation)
     order = sequences.drop_duplicates("prompt_index")[["prompt_index", "shard"]].to_numpy()
     spill = HighEntropySpill(
@@ -531,7 +531,7 @@ def tabulate_token_probability_mass(
         run, step, word, category, count, count_share, sampled_prob_sum, sampled_prob_share,
         topk_mass, topk_mass_share; sorted by sampled_prob_sum, descending, then word.
     """
-    lexicon = parse_lexicon(_section(aggregation, "aggregation").get("lexicon"))
+    lexicon = parse_lexicon(parameter_section(aggregation, "aggregation").get("lexicon"))
     index: dict[str, int] = {}
     candidate_index = _candidate_word_index(candidate_words, index)
     count = np.zeros(0)
@@ -581,7 +581,7 @@ def tabulate_category_probability_mass(
         run, step, category, count, count_share, sampled_prob_sum, sampled_prob_share,
         topk_mass, topk_mass_share; categories in lexicon order, ``other`` last.
     """
-    lexicon = parse_lexicon(_section(aggregation, "aggregation").get("lexicon"))
+    lexicon = parse_lexicon(parameter_section(aggregation, "aggregation").get("lexicon"))
     sums = token_probability_mass.groupby("category")[
         ["count", "sampled_prob_sum", "topk_mass"]
     ].sum()
@@ -631,7 +631,7 @@ def summarise_step(
         InputDataError: the merged file marks another number of high-entropy tokens than
             ``entropy_thresholds`` says (a file of another aggregation: rerun this step).
     """
-    lexicon = parse_lexicon(_section(aggregation, "aggregation").get("lexicon"))
+    lexicon = parse_lexicon(parameter_section(aggregation, "aggregation").get("lexicon"))
     threshold = entropy_thresholds.iloc[0]
     responses = sequences.to_table(columns=["n_tokens", "correct"])
     correct = responses.column("correct").drop_null()
@@ -690,7 +690,7 @@ def combine_high_entropy_positions(*per_step: ds.Dataset) -> Iterator[pa.Table]:
 # ------------------------------------------------------------------------------- helpers
 
 
-def _section(value: Any, name: str) -> dict[str, Any]:
+def parameter_section(value: Any, name: str) -> dict[str, Any]:
     """``params:<name>`` as a mapping: ``None`` (an empty YAML section) means every default.
 
     Raises:
@@ -707,7 +707,7 @@ def _section(value: Any, name: str) -> dict[str, Any]:
 
 def _shard_config(generation: dict[str, Any]) -> tuple[int, int]:
     values = []
-    generation = _section(generation, "generation")
+    generation = parameter_section(generation, "generation")
     for name in ("num_shards", "samples_per_prompt"):
         value = generation.get(name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -717,7 +717,7 @@ def _shard_config(generation: dict[str, Any]) -> tuple[int, int]:
 
 
 def _chunk_records(aggregation: dict[str, Any]) -> int:
-    value = _section(aggregation, "aggregation").get("chunk_records", _DEFAULT_CHUNK)
+    value = parameter_section(aggregation, "aggregation").get("chunk_records", _DEFAULT_CHUNK)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"aggregation.chunk_records must be a positive integer, got {value!r}")
     return value

@@ -115,7 +115,7 @@ def reporting_section(reporting: Any) -> dict[str, Any]:
     return dict(reporting)
 
 
-def _fig3_steps_param(reporting: Mapping[str, Any]) -> list[int] | None:
+def fig3_steps_param(reporting: Mapping[str, Any]) -> list[int] | None:
     """``reporting.fig3.steps`` as a list of steps, or None when unset or empty.
 
     Raises:
@@ -135,7 +135,12 @@ def _fig3_steps_param(reporting: Mapping[str, Any]) -> list[int] | None:
     return sorted(set(steps))
 
 
-def _top_n(reporting: Mapping[str, Any]) -> int:
+def top_n_words_param(reporting: Mapping[str, Any]) -> int:
+    """``reporting.top_n_words`` (default 20): words per Figure 3 panel.
+
+    Raises:
+        ConfigError: not a positive integer.
+    """
     top_n = reporting.get("top_n_words", DEFAULT_TOP_N)
     if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
         raise ConfigError(f"reporting.top_n_words must be a positive integer, got {top_n!r}")
@@ -202,7 +207,7 @@ def plan_figures(
     """
     reporting = reporting_section(reporting)
     strict = reporting.get("strict", False)
-    top_n, fig3_steps = _top_n(reporting), _fig3_steps_param(reporting)
+    top_n, fig3_steps = top_n_words_param(reporting), fig3_steps_param(reporting)
     panels = panel_runs(runs)
     kind = figure2_kind(runs)
     missing = [] if kind == PAPER else [_role_pair_gap(panels)]

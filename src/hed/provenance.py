@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -47,6 +48,8 @@ from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetErro
 
 from hed.atomic_io import write_error
 from hed.errors import ConfigError, InputDataError, OutputWriteError
+
+logger = logging.getLogger(__name__)
 
 #: Name of the dataset the hooks fill and the provenance-aware nodes take as an input.
 RUN_CONTEXT = "run_context"
@@ -226,6 +229,18 @@ def _runner_name(runner: Any) -> Any:
     return runner
 
 
+#: Outputs whose file the end of a run names in the log (the figures and what they are drawn from).
+_ANNOUNCED = {
+    "figure2_png",
+    "figure3_png",
+    "figure2_paper_reproduction",
+    "figure2_single_run_diagnostic",
+    "figure3_table",
+    "resolved_config",
+    "final_artifacts",
+}
+
+
 class ProvenanceHooks:
     """Fill ``run_context`` for the nodes that take it (see the module docstring).
 
@@ -251,6 +266,17 @@ class ProvenanceHooks:
             if _is_dataset(name)
         }
         return {RUN_CONTEXT: {**(inputs.get(RUN_CONTEXT) or {}), "inputs": recorded}}
+
+    @hook_impl
+    def after_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        """Log where the run's figures, figure tables and resolved config were written."""
+        written = [
+            describe_dataset(catalog, name, "load").get("path")
+            for name in sorted(pipeline.all_outputs())
+            if name in _ANNOUNCED
+        ]
+        for path in filter(None, written):
+            logger.info("Wrote %s", path)
 
 
 # ------------------------------------------------------------------ publishing

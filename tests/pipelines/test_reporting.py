@@ -794,3 +794,22 @@ def test_resolved_config_names_the_runner_class_not_its_repr():
     assert _runner_name(repr_) == "hed.runners.GPURunner"
     assert _runner_name("SequentialRunner") == "SequentialRunner"
     assert _runner_name(None) is None
+
+
+def test_the_end_of_a_run_names_the_files_written(tmp_path, caplog):
+    from kedro.io import DataCatalog
+    from kedro.io.core import Version
+    from kedro.pipeline import Node, Pipeline
+    from kedro_datasets.pandas import CSVDataset
+
+    from hed.provenance import ProvenanceHooks
+
+    path = tmp_path / "figure3_high_entropy_token_probability.csv"
+    table = CSVDataset(filepath=str(path), version=Version(None, None))
+    table.save(pd.DataFrame({"word": ["wait"]}))
+    catalog = DataCatalog({"figure3_table": table})
+    pipeline = Pipeline([Node(lambda: None, None, "figure3_table", name="draw")])
+    with caplog.at_level("INFO", logger="hed.provenance"):
+        ProvenanceHooks().after_pipeline_run(run_params={}, pipeline=pipeline, catalog=catalog)
+    [version] = [p.name for p in path.iterdir()]
+    assert f"Wrote {path / version / path.name}" in caplog.text

@@ -1284,6 +1284,18 @@ def _(t: Ctx) -> Expect:
 # ------------------------------------------------------------------ mini_rl
 
 
+@case("mini-rl-task-set-not-written")
+def _(t: Ctx) -> Expect:
+    from hed.mini_rl.datasets import TaskSetDataset
+
+    path = t.tmp / "prompts" / "mini_arith_validation.jsonl"
+    return Expect(
+        lambda: TaskSetDataset(filepath=str(path)).load(),
+        InputDataError,
+        (str(path), "mini_rl pipeline writes it", "kedro run --env mini_dapo"),
+    )
+
+
 @case("mini-rl-run-not-in-runs")
 def _(t: Ctx) -> Expect:
     return Expect(

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from hed.datasets import PromptFileDataset
+from hed.errors import InputDataError
 from hed.mini_rl.tasks import TASK_COLUMNS
 
 
@@ -24,6 +25,21 @@ class TaskSetDataset(PromptFileDataset):
     ``load`` returns the rows plus ``source_file`` (see :class:`PromptFileDataset`); ``save``
     writes the task columns atomically (temporary file, then rename).
     """
+
+    def load(self) -> pd.DataFrame:
+        """Read the task set like a prompt file.
+
+        Raises:
+            InputDataError: the file is not there yet (the ``mini_rl`` pipeline writes it),
+                or any error of :meth:`PromptFileDataset.load`.
+        """
+        path = Path(self._filepath)
+        if not path.exists():
+            raise InputDataError(
+                f"task set {path} does not exist yet: the mini_rl pipeline writes it; run "
+                "`kedro run --env mini_dapo` (or `--pipelines mini_rl`) first"
+            )
+        return super().load()
 
     def save(self, data: pd.DataFrame) -> None:  # type: ignore[override]
         path = Path(self._filepath)

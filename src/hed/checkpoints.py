@@ -55,7 +55,8 @@ def discover_steps(checkpoint_root: str | Path) -> list[int]:
     root = Path(checkpoint_root)
     if not root.is_dir():
         raise CheckpointError(
-            f"checkpoint_root {root} does not exist: set `runs.<run>.checkpoint_root`"
+            f"checkpoint_root {root} does not exist: fix the run's `checkpoint_root` "
+            "(parameters.yml, `runs`)"
         )
     steps = sorted(
         int(m.group(1))

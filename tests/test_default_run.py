@@ -230,3 +230,36 @@ def test_kedro_viz_build_shows_the_lineage(default_project):
     lead_to_figures = [d for d in chain[:-2] if d != "entropy_thresholds"]  # all-steps: a sink
     for dataset in lead_to_figures:
         assert reaches(dataset, "figure2_png") and reaches(dataset, "figure3_png"), dataset
+
+
+@pytest.mark.parametrize("traceback", [False, True])
+def test_kedro_run_shows_a_bad_parameter_in_one_line_before_any_node(default_project, traceback):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"}
+    env.pop("HED_TRACEBACK", None)
+    if traceback:
+        env["HED_TRACEBACK"] = "1"
+    kedro = str(Path(sys.executable).with_name("kedro"))
+    result = subprocess.run(
+        [kedro, "run", "--params", "aggregation.top_entropy_frac=20"],
+        check=False,
+        cwd=default_project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert "Running node" not in result.stdout + result.stderr  # refused before the first node
+    if traceback:
+        assert "Traceback (most recent call last)" in result.stderr
+    else:
+        assert "Traceback" not in result.stdout + result.stderr
+        assert "register_new_resolver" not in result.stderr
+        assert result.stderr.strip().splitlines()[-1] == (
+            "ConfigError: aggregation.top_entropy_frac = 20 is outside (0, 1] "
+            "[HED_TRACEBACK=1 shows the traceback]"
+        )

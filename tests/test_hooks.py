@@ -52,3 +52,29 @@ def test_a_bad_value_of_any_section_read_stops_the_run_before_its_first_node(sec
     with pytest.raises(ConfigError) as raised:
         _run({"generation": GENERATION, **sections})
     assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_short_message_finds_the_hed_error_kedro_wrapped():
+    from kedro.io.core import DatasetError
+
+    from hed.errors import InputDataError, short_message
+    from hed.runners import FailedNodesError
+
+    cause = InputDataError("/d/shard_0.parquet: column entropy is nan at (0, 0, 1)")
+    try:
+        try:
+            raise cause
+        except InputDataError as exc:
+            raise DatasetError(f"Failed while loading data from dataset x: {exc}") from exc
+    except DatasetError as wrapped:
+        assert short_message(wrapped) == f"InputDataError: {wrapped}"
+    try:
+        try:
+            raise cause
+        except InputDataError:
+            raise RuntimeError("a node failed") from None
+    except RuntimeError as unrelated:
+        assert short_message(unrelated) is None  # `from None`: the HED error is not the cause
+    assert short_message(ValueError("library bug")) is None
+    failed = FailedNodesError({"a": "boom"}, {}, "kedro run --from-nodes a")
+    assert short_message(failed).startswith("FailedNodesError: 1 node(s) failed:")

@@ -4,6 +4,9 @@ Every error HED raises on bad input is a :class:`HEDError` whose message is one 
 names the offending file, field or value and says what to do. ``docs/errors.md`` lists them.
 """
 
+import os
+import sys
+
 from kedro.io.core import DatasetError
 
 
@@ -29,3 +32,61 @@ class CheckpointError(HEDError, FileNotFoundError):
 
 class OutputWriteError(HEDError, DatasetError, OSError):
     """An output cannot be written (disk full, unwritable folder); nothing partial is left."""
+
+
+#: Set to 1 to get Python's full traceback for HED's errors at the command line.
+TRACEBACK_VARIABLE = "HED_TRACEBACK"
+
+
+def hed_error_in(exc: BaseException | None) -> HEDError | None:
+    """The first :class:`HEDError` in ``exc``'s chain, as Python prints it.
+
+    Follows ``__cause__``, else ``__context__`` unless suppressed (``raise ... from None``).
+    """
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, HEDError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return None
+
+
+def short_message(exc: BaseException) -> str | None:
+    """What the command line shows for ``exc`` instead of a traceback, or ``None``.
+
+    An exception with a :class:`HEDError` in its chain shows the outermost message that holds
+    the HED message (Kedro prefixes a dataset's name to its load errors), as
+    ``<ErrorType>: <message>``; a runner's ``FailedNodesError`` shows its own summary (it
+    already names every failed node and the command to resume). Anything else: ``None``.
+    """
+    if type(exc).__name__ == "FailedNodesError":
+        return f"{type(exc).__name__}: {exc}"
+    found = hed_error_in(exc)
+    if found is None:
+        return None
+    shown = exc if str(found) in str(exc) else found
+    return f"{type(found).__name__}: {shown}"
+
+
+def install_short_tracebacks() -> None:
+    """Show HED's one-line errors at the command line without Python's traceback.
+
+    Replaces ``sys.excepthook`` so that an uncaught exception carrying a :class:`HEDError`
+    (or a ``FailedNodesError``) prints :func:`short_message` and a hint on
+    ``HED_TRACEBACK=1``; every other exception, and every exception when ``HED_TRACEBACK``
+    is set, goes to the previous hook (the full traceback).
+    """
+    if getattr(sys.excepthook, "hed_short_tracebacks", False):
+        return  # already installed (settings are imported again in runner subprocesses)
+    previous = sys.excepthook
+
+    def excepthook(exc_type, exc, tb):
+        message = None if os.environ.get(TRACEBACK_VARIABLE) else short_message(exc)
+        if message is None:
+            previous(exc_type, exc, tb)
+            return
+        print(f"{message} [{TRACEBACK_VARIABLE}=1 shows the traceback]", file=sys.stderr)
+
+    excepthook.hed_short_tracebacks = True
+    sys.excepthook = excepthook

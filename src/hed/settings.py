@@ -5,18 +5,23 @@ import warnings
 from kedro.config import OmegaConfigLoader
 
 from hed.atomic_io import install_atomic_local_writes
+from hed.errors import install_short_tracebacks
 from hed.hooks import ProjectHooks
 from hed.provenance import ProvenanceHooks
 
 # Every local file a dataset writes appears only when complete (temporary file + rename),
 # in the `kedro` process and in the runner's subprocesses, which import these settings too.
 install_atomic_local_writes()
+# `kedro run` shows HED's one-line errors without Python's traceback (HED_TRACEBACK=1 for it).
+install_short_tracebacks()
 
 # HED's namespaces (`<run>`, `<run>.step_<step>`) name datasets and nodes (DESIGN.md §4); they
 # are not kedro-viz groups. That the all-steps nodes sit between one run's nodes ("namespace
 # ... is interrupted") and that dataset names hold dots is the design: no warning on every run.
 warnings.filterwarnings("ignore", message=r"Namespace '.*' is interrupted by nodes")
 warnings.filterwarnings("ignore", message="One or more dataset names contain '.'")
+# Kedro 1.7's own config loader calls OmegaConf's deprecated register_new_resolver: not ours
+warnings.filterwarnings("ignore", message=r"register_new_resolver\(\) is deprecated")
 
 HOOKS = (ProjectHooks(), ProvenanceHooks())
 

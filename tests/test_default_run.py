@@ -21,7 +21,7 @@ import pytest
 from hed.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 
 from .conftest import REPO_ROOT
-from .project_copy import RUN, copy_project, latest, run_kedro
+from .project_copy import RUN, copy_project, latest, run_kedro, run_kedro_cli
 
 pytestmark = pytest.mark.slow
 
@@ -175,22 +175,8 @@ def test_notebook_runs_top_to_bottom(default_project):
 
 def test_kedro_viz_build_shows_the_lineage(default_project):
     import json
-    import os
-    import subprocess
-    import sys
 
-    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"}
-    kedro = str(Path(sys.executable).with_name("kedro"))
-    result = subprocess.run(
-        [kedro, "viz", "build"],
-        check=False,
-        cwd=default_project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    run_kedro_cli(default_project, "viz", "build")
     graph = json.loads((default_project / "build/api/main").read_text())
     names = {n["id"]: n["name"] for n in graph["nodes"]}
     edges = {(names.get(e["source"]), names.get(e["target"])) for e in graph["edges"]}
@@ -234,23 +220,13 @@ def test_kedro_viz_build_shows_the_lineage(default_project):
 
 @pytest.mark.parametrize("traceback", [False, True])
 def test_kedro_run_shows_a_bad_parameter_in_one_line_before_any_node(default_project, traceback):
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"}
-    env.pop("HED_TRACEBACK", None)
-    if traceback:
-        env["HED_TRACEBACK"] = "1"
-    kedro = str(Path(sys.executable).with_name("kedro"))
-    result = subprocess.run(
-        [kedro, "run", "--params", "aggregation.top_entropy_frac=20"],
+    result = run_kedro_cli(
+        default_project,
+        "run",
+        "--params",
+        "aggregation.top_entropy_frac=20",
         check=False,
-        cwd=default_project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        env={"HED_TRACEBACK": "1" if traceback else ""},
     )
     assert result.returncode != 0
     assert "Running node" not in result.stdout + result.stderr  # refused before the first node

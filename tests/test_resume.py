@@ -292,7 +292,13 @@ def test_only_missing_outputs_refuses_to_reuse_shards_of_other_parameters(reaggr
     assert message.startswith(f"{reaggregated.step_folder}/shard_0.sequences.parquet/")
     assert "generation.top_p was 1.0 when it was generated but is 0.9 now" in message
     assert "run without --only-missing-outputs" in message
+    assert f"delete {reaggregated.step_folder}/shard_0.sequences.parquet and its" in message
     assert snapshot(project) == before  # refused before any node ran
+    with pytest.raises(ConfigError) as refused:
+        three = {"generation": {"num_shards": 3}}
+        run_kedro(project, "generation", params=three, only_missing_outputs=True)
+    assert "generation.num_shards was 4 when it was generated but is 3 now" in str(refused.value)
+    assert snapshot(project) == before
     # unchanged and non-shaping parameters: every shard is reused, nothing is written
     run_kedro(
         project, "generation", params={"generation": {"batch_size": 3}}, only_missing_outputs=True

@@ -455,3 +455,15 @@ def test_kedro_run_names_the_failure_and_a_resume_command_that_works(failed_cli_
     [after_bad] = markers(project, "after_bad")
     assert after_bad["pid"] == resume_pid  # a non-gpu node: in the kedro process itself
     assert (project / "data/after_bad.json").exists()
+
+
+def test_a_misspelt_runner_param_is_refused_without_a_destructor_error(monkeypatch):
+    import gc
+    import sys
+
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with pytest.raises(ConfigError, match="unknown --runner-params gpu;"):
+        GPURunner(gpu="cpu")
+    gc.collect()
+    assert unraisable == []  # ParallelRunner.__del__ found no half-built manager to shut down

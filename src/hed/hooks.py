@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import PurePosixPath
 from typing import Any
 
 from kedro.config import MissingConfigException, OmegaConfigLoader
@@ -14,7 +15,11 @@ from kedro.framework.project import settings
 from hed import layout
 from hed.errors import ConfigError
 from hed.pass1_sources import export_wandb_api_key
-from hed.pipelines.generation.shard_metadata import GENERATION_METADATA_KEY, stale_reused_shard
+from hed.pipelines.generation.shard_metadata import (
+    GENERATION_METADATA_KEY,
+    StaleField,
+    stale_reused_shard,
+)
 
 
 def _credentials(context: KedroContext) -> dict[str, Any]:
@@ -63,7 +68,8 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
         ConfigError: an existing shard is stale; the message names the file, the parameter,
             both values and the two ways out.
     """
-    names = sorted(n for n in pipeline.datasets() if _SHARD_SEQUENCES.match(n))
+    # only where the run writes shards: an aggregation-only run checks them at the merge
+    names = sorted(n for n in pipeline.all_outputs() if _SHARD_SEQUENCES.match(n))
     if not names or "params:generation" not in pipeline.datasets():
         return 0
     generation = catalog.load("params:generation") or {}
@@ -82,14 +88,29 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
         except ValueError:
             recorded = None
         stale = recorded and stale_reused_shard(recorded, generation, prompt_params)
+        shards = recorded and recorded.get("num_shards")
+        if not stale and shards and shards != generation.get("num_shards", shards):
+            stale = StaleField(
+                "generation.num_shards",
+                str(shards),
+                str(generation.get("num_shards")),
+                f"set generation.num_shards: {shards}",
+            )
         if stale:
             raise ConfigError(
                 f"{files[0]}: stale shard: {stale.field} was {stale.recorded} when it was "
                 f"generated but is {stale.current} now, and --only-missing-outputs would reuse "
-                f"it; run without --only-missing-outputs to regenerate every shard, or "
-                f"{stale.restore}"
+                f"it; delete {_versions_folder(files[0])} and its token_records next to "
+                f"it to regenerate this shard only, run without --only-missing-outputs to "
+                f"regenerate every shard, or {stale.restore}"
             )
     return checked
+
+
+def _versions_folder(path: str) -> str:
+    """The folder of all versions of a file: ``<file>/<version>/<file>`` → ``<file>``."""
+    file = PurePosixPath(path)
+    return str(file.parent.parent) if file.parent.parent.name == file.name else path
 
 
 def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
@@ -97,7 +118,8 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
 
     Nodes check their own parameters, but a bad ``aggregation.top_entropy_frac`` or
     ``reporting.top_n_words`` would otherwise surface only after hours of generation. Checked
-    here, for the sections the pipeline reads: ``generation`` (sampling parameters, dtype),
+    here, for the sections the pipeline reads: ``runs`` (names, roles, steps:
+    :func:`hed.layout.layout_from_params`), ``generation`` (sampling parameters, dtype),
     ``aggregation`` (``top_entropy_frac``, the lexicon) and ``reporting`` (section shape,
     ``top_n_words``, ``fig3.steps``). The checks are the nodes' own functions.
 
@@ -113,6 +135,12 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
     """
     datasets = pipeline.datasets()
     checked = []
+    if "params:runs" in datasets:
+        generation = catalog.load("params:generation") if "params:generation" in catalog else {}
+        layout.layout_from_params(
+            {"runs": catalog.load("params:runs"), "generation": generation or {}}
+        )
+        checked.append("runs")
     if "params:generation" in datasets:
         from hed.pipelines.generation.nodes import sampling_params_from
         from hed.recording import resolve_dtype

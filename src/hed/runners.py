@@ -231,6 +231,7 @@ class GPURunner(ParallelRunner):
         is_async: bool = False,
         **unknown: Any,
     ) -> None:
+        self._manager = None  # ParallelRunner.__del__ shuts it down: set before any raise
         if unknown:
             raise ConfigError(
                 f"GPURunner: unknown --runner-params {', '.join(sorted(unknown))}; "
@@ -285,6 +286,10 @@ class GPURunner(ParallelRunner):
             raise FailedNodesError(
                 executor.failures, executor.skipped, self.resume_command(executor.failures)
             )
+
+    def __del__(self) -> None:
+        if getattr(self, "_manager", None) is not None:
+            super().__del__()
 
     def resume_command(self, failed_nodes: Iterable[str]) -> str:
         """The command that reruns the failed nodes and everything downstream of them.

@@ -467,3 +467,29 @@ def test_a_misspelt_runner_param_is_refused_without_a_destructor_error(monkeypat
         GPURunner(gpu="cpu")
     gc.collect()
     assert unraisable == []  # ParallelRunner.__del__ found no half-built manager to shut down
+
+
+def test_a_node_failure_reason_is_hed_s_whole_message_without_traceback(monkeypatch):
+    from kedro.io.core import DatasetError
+
+    from hed.errors import OutputWriteError
+
+    long_path = "/data/02_intermediate/token_records/" + "r" * 200 + "/step_0/shard_1.parquet"
+    cause = OutputWriteError(f"cannot write {long_path}: it is a file; move it away")
+    try:
+        try:
+            raise cause
+        except OutputWriteError as exc:
+            raise DatasetError(f"x.shard_1.token_records: {exc}") from exc
+    except DatasetError as wrapped:
+        assert runners._one_line(wrapped) == f"OutputWriteError: {wrapped}"  # not cut at 300
+        monkeypatch.delenv("HED_TRACEBACK", raising=False)
+        assert runners._traceback_to_log(wrapped) == ""
+        monkeypatch.setenv("HED_TRACEBACK", "1")
+        assert "Traceback" in runners._traceback_to_log(wrapped)
+    try:
+        raise RuntimeError("boom\nsecond line")
+    except RuntimeError as bug:
+        assert runners._one_line(bug) == "RuntimeError: boom"
+        monkeypatch.delenv("HED_TRACEBACK", raising=False)
+        assert "Traceback" in runners._traceback_to_log(bug)  # not HED's: keep the traceback

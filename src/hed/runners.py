@@ -61,7 +61,7 @@ from kedro.runner import AbstractRunner, ParallelRunner
 from kedro.runner.parallel_runner import ParallelRunnerManager
 from kedro.runner.task import Task
 
-from hed.errors import ConfigError
+from hed.errors import TRACEBACK_VARIABLE, ConfigError, hed_error_in, short_message
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -456,8 +456,12 @@ class _NodeExecutor(Executor):
         try:
             task.execute()
         except Exception as exc:
-            self._logger.exception("Node %s failed", task.node.name)
-            self._settle(task.node, future, failure=_one_line(exc))
+            reason = _one_line(exc)
+            if _traceback_to_log(exc):
+                self._logger.exception("Node %s failed", task.node.name)
+            else:
+                self._logger.error("Node %s failed: %s", task.node.name, reason)
+            self._settle(task.node, future, failure=reason)
         else:
             self._settle(task.node, future)
 
@@ -528,7 +532,12 @@ class _NodeExecutor(Executor):
             return None
         reason = reason or _describe_exit(process.exitcode)
         self._logger.error(
-            "Node %s failed on %s (pid %d): %s\n%s", node.name, slot.label, pid, reason, details
+            "Node %s failed on %s (pid %d): %s%s",
+            node.name,
+            slot.label,
+            pid,
+            reason,
+            f"\n{details}" if details else "",
         )
         return reason
 
@@ -554,7 +563,7 @@ def _child_main(
         task.hook_manager = _project_hook_manager()
         task.execute()
     except BaseException as exc:  # reported to the parent, whatever it is
-        result.send(("error", _one_line(exc), traceback.format_exc()))
+        result.send(("error", _one_line(exc), _traceback_to_log(exc)))
         sys.exit(1)
     result.send(("ok", "", ""))
 
@@ -615,9 +624,22 @@ def _sigterm_as_exit() -> Iterator[None]:
 
 
 def _one_line(exc: BaseException) -> str:
+    """The reason a node failed: HED's own one-line message in full (with HED's error type,
+    also when Kedro wrapped it), else the exception's first line, cut at 300 characters."""
+    short = short_message(exc)
+    if short is not None and "\n" not in short:
+        return short
     lines = str(exc).strip().splitlines()
     line = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     return line if len(line) <= 300 else line[:297] + "..."
+
+
+def _traceback_to_log(exc: BaseException) -> str:
+    """The child's traceback for the parent's log: none for HED's one-line errors (their
+    message says everything) unless ``HED_TRACEBACK`` is set; always for anything else."""
+    if hed_error_in(exc) is not None and not os.environ.get(TRACEBACK_VARIABLE):
+        return ""
+    return traceback.format_exc()
 
 
 def _describe_exit(exitcode: int | None) -> str:

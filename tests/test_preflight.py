@@ -1,4 +1,4 @@
-"""Checks the project hooks run before the first node: parameters of every section the run reads."""
+"""Checks before the first node runs: parameters of every section the run reads; short errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Node, Pipeline
 
 from hed.errors import ConfigError
-from hed.hooks import check_parameters
+from hed.preflight import check_parameters
 
 GENERATION = {"num_shards": 1, "samples_per_prompt": 2, "max_new_tokens": 8, "dtype": "auto"}
 AGGREGATION = {"top_entropy_frac": 0.2, "lexicon": {"anthropomorphic": ["wait"]}}

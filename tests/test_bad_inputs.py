@@ -58,7 +58,7 @@ from hed.pipelines.generation.nodes import (
     resolve_checkpoints,
     sampling_params_from,
 )
-from hed.pipelines.generation.shard_metadata import GENERATION_METADATA_KEY
+from hed.shard_metadata import GENERATION_METADATA_KEY
 from hed.pipelines.metrics.nodes import collect_run_pass1, fetch_wandb_history, read_csv_pass1
 from hed.pipelines.metrics.pipeline import create_pipeline as create_metrics_pipeline
 from hed.pipelines.mini_rl.nodes import generate_task_sets

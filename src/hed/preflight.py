@@ -14,7 +14,7 @@ from typing import Any
 
 from hed import layout
 from hed.errors import ConfigError
-from hed.pipelines.generation.shard_metadata import (
+from hed.shard_metadata import (
     GENERATION_METADATA_KEY,
     StaleField,
     stale_reused_shard,

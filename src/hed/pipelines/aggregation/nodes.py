@@ -4,7 +4,7 @@ Per (run, step), in this order:
 
 1. :func:`check_sequences` — every shard is current (its recorded generation parameters,
    checkpoint and prompt ids match the configuration:
-   :mod:`hed.pipelines.generation.shard_metadata`), and coverage of the responses: shard count,
+   :mod:`hed.shard_metadata`), and coverage of the responses: shard count,
    every (prompt_index, sample_index) of the prompt set exactly once, each in its shard.
 2. :func:`check_token_records` — the token record files are current too, and agree with the
    responses: columns present, keys strictly increasing within each shard (no repeats),
@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 from hed.atomic_io import owned_temporary_folder
 from hed.errors import ConfigError, InputDataError
 from hed.lexicon import Lexicon, parse_lexicon
-from hed.pipelines.generation.shard_metadata import GENERATION_METADATA_KEY, stale_field
+from hed.shard_metadata import GENERATION_METADATA_KEY, stale_field
 from hed.schema import MERGED_TOKEN_RECORD_SCHEMA, RECORD_KEY, SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 from hed.thresholds import (
     EntropyThreshold,
@@ -130,7 +130,7 @@ def check_sequences(
     """Check that the shards are current and hold every response of the step once, in its shard.
 
     Before reading the rows, each shard's ``hed.generation`` metadata must match the current
-    configuration (:mod:`hed.pipelines.generation.shard_metadata` lists what is compared): a
+    configuration (:mod:`hed.shard_metadata` lists what is compared): a
     shard made with other sampling parameters, another checkpoint or another prompt set is
     refused, so one step never mixes two configurations.
 
@@ -779,7 +779,7 @@ def _check_generation_metadata(
     """Compare a shard file's ``hed.generation`` metadata (when present) with the current setup.
 
     Checks the shard's place (num_shards, run, step, shard) and, given ``current``, every
-    record-shaping parameter (:func:`hed.pipelines.generation.shard_metadata.stale_field`).
+    record-shaping parameter (:func:`hed.shard_metadata.stale_field`).
 
     Returns:
         The decoded metadata (``{}`` for a file without it).

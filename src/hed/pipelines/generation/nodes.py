@@ -20,7 +20,7 @@ from hed.layout import layout_from_params
 from hed.prompts import PROMPT_COLUMNS, pick_prompt_column, prompt_id, render_prompt, sample_rows
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 
-from .shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
+from hed.shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ def generate_shard(
         (run, step, shard, num_shards, samples_per_prompt, the effective sampling parameters,
         dtype, device, the checkpoint fingerprint, the shard's prompt ids and the effective
         chat-template settings; aggregation refuses shards whose record-shaping values are no
-        longer current, :mod:`hed.pipelines.generation.shard_metadata`).
+        longer current, :mod:`hed.shard_metadata`).
 
     Raises:
         ConfigError: the step is not in ``checkpoints`` or a sampling parameter is invalid.

@@ -99,7 +99,7 @@ def parse_reference(reference: str) -> tuple[Any, ...]:
 
 
 def reference_parses(reference: str | None) -> bool:
-    """Whether math-verify finds an answer in ``reference`` (None counts as parseable: no answer)."""
+    """Whether math-verify finds an answer in ``reference`` (None, no reference, counts as yes)."""
     return reference is None or bool(parse_reference(reference))
 
 

@@ -19,7 +19,6 @@ from hed.grading import grade_response, normalise_reference, reference_parses
 from hed.layout import layout_from_params
 from hed.prompts import PROMPT_COLUMNS, pick_prompt_column, prompt_id, render_prompt, sample_rows
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
-
 from hed.shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
 
 logger = logging.getLogger(__name__)
@@ -92,8 +91,8 @@ def _warn_unparsed_references(answers: list[str | None], rows: np.ndarray, sourc
     ]
     for index, row in bad:
         logger.warning(
-            "prompt file %s, source_row %d (prompt_index %d): math-verify cannot parse the reference "
-            "answer %r; its responses stay ungraded (correct = null)",
+            "prompt file %s, source_row %d (prompt_index %d): math-verify cannot parse the "
+            "reference answer %r; its responses stay ungraded (correct = null)",
             source,
             row,
             index,

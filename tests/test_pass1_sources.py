@@ -712,3 +712,34 @@ def test_unreachable_server_fails_in_seconds_with_one_line(monkeypatch):
     assert time.monotonic() - started < 6
     message = _one_line(exc_info)
     assert f"cannot reach W&B at 127.0.0.1:{port}" in message and "wandb_offline" in message
+
+
+def test_missing_mean_at_1_key_lists_the_runs_val_core_keys_closest_first():
+    rows = [
+        {
+            "_step": 5,
+            STEP: 5,
+            "actor/entropy": 0.3,
+            "val-aux/aime24/acc/std@32": 0.1,
+            "val-core/amc23/acc/mean@32": 0.4,
+            "val-core/aime24/acc/best@32/mean": 0.6,
+            "val-core/aime24/acc/mean@32": 0.2,
+        }
+    ]
+    api = FakeApi({"e/p/r": FakeRun(rows, summary=rows[0])})
+    with pytest.raises(InputDataError) as exc_info:
+        read_wandb_history(
+            "e/p/r", metric_key="val-core/aime24/acc/mean@1", api_factory=_factory(api)
+        )
+    listed = _one_line(exc_info).split("the run has: ", 1)[1].split(", ")
+    assert listed[0] == "val-core/aime24/acc/mean@32"
+    assert listed[:3] == sorted(listed[:3], key=lambda k: k != "val-core/aime24/acc/mean@32")
+    assert (
+        set(listed[:3])
+        == {
+            "val-core/aime24/acc/mean@32",
+            "val-core/aime24/acc/best@32/mean",
+            "val-core/amc23/acc/mean@32",
+        }
+        and listed.index("val-core/amc23/acc/mean@32") == 2
+    )

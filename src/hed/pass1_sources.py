@@ -339,10 +339,25 @@ def _same_number(a: Any, b: Any) -> bool:
 
 
 def _keys_hint(keys: Iterable[str], metric_key: str) -> str:
-    """Up to 20 keys, those sharing the metric key's first path component first."""
+    """Up to 20 of the run's keys, closest to ``metric_key`` first.
+
+    Keys sharing the metric key's first path component (``val-core``) come first, then those
+    sharing its first two (``val-core/<data_source>``); within each, by string similarity.
+    """
+    from difflib import SequenceMatcher
+
     public = sorted({key for key in keys if not key.startswith("_")})
-    prefix = metric_key.split("/", 1)[0]
-    public.sort(key=lambda key: not key.startswith(prefix))
+    parts = metric_key.split("/")
+
+    def rank(key: str) -> tuple[bool, bool, float]:
+        other = key.split("/")
+        return (
+            other[:1] != parts[:1],
+            other[:2] != parts[:2],
+            -SequenceMatcher(None, key, metric_key).ratio(),
+        )
+
+    public.sort(key=rank)
     return _shown(public, _MAX_KEYS_SHOWN) or "none"
 
 

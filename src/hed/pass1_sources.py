@@ -3,7 +3,8 @@
 Sources, as named in ``parameters_metrics.yml``:
 
 * ``wandb`` — the W&B public API: ``Api().run("<entity>/<project>/<run_id>").scan_history``,
-  the full history (never the sampled ``history()``).
+  the full history (never the sampled ``history()``); the run named by path, URL or display
+  name, the key from ``WANDB_API_KEY`` or ``wandb login``'s ``~/.netrc``.
 * ``wandb_offline`` — a local run folder written with ``mode="offline"``
   (``wandb/offline-run-*/run-*.wandb``), read with the wandb package's own transaction-log
   reader: ``wandb leet inspect --json`` (wandb 0.31: the Python reader classes of older
@@ -15,7 +16,8 @@ Sources, as named in ``parameters_metrics.yml``:
 Both W&B sources apply the same rules to the history rows: only rows that carry the metric
 key count (no forward fill, NaN values dropped); the step is the value of the step key in
 *the same row* (default ``training/global_step``), or W&B's own ``_step`` when no metric row
-has the step key (said in the log). A step logged twice (a resumed run re-logging steps after
+has the step key (said in the log), or for a single row without it when ``_step`` equals the
+step key wherever both are logged (verl's step-0 validation). A step logged twice (a resumed run re-logging steps after
 its last checkpoint) keeps the value logged last, with a warning.
 
 Tables:

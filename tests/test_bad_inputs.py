@@ -856,11 +856,48 @@ def _(t: Ctx) -> Expect:
 @case("metrics-wandb-no-key")
 def _(t: Ctx) -> Expect:
     t.monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    t.monkeypatch.setenv("NETRC", str(t.tmp / "no-netrc"))  # nor a key from `wandb login`
     params = metrics_params({"wandb": {"entity": "team", "project": "grpo", "run_id": "9x8y7z"}})
     return Expect(
         lambda: fetch_wandb_history(params, run="dapo"),
         ConfigError,
         ("W&B API key", "conf/local/credentials.yml", "WANDB_API_KEY"),
+    )
+
+
+@case("metrics-wandb-unreachable")
+def _(t: Ctx) -> Expect:
+    import socket
+
+    probe = socket.create_server(("127.0.0.1", 0))  # a port nobody listens on
+    port = probe.getsockname()[1]
+    probe.close()
+    t.monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    source = {"run": "team/grpo/9x8y7z", "base_url": f"http://127.0.0.1:{port}"}
+    return Expect(
+        lambda: fetch_wandb_history(metrics_params({"wandb": source}), run="dapo"),
+        InputDataError,
+        (f"cannot reach W&B at 127.0.0.1:{port}", "wandb_offline"),
+    )
+
+
+@case("metrics-wandb-run-path")
+def _(t: Ctx) -> Expect:
+    params = metrics_params({"wandb": {"run": "team/9x8y7z"}})
+    return Expect(
+        lambda: parse_run_config(params, "dapo"),
+        ConfigError,
+        ("metrics.runs.dapo.sources.wandb.run", "'team/9x8y7z'", "entity/project/run_id"),
+    )
+
+
+@case("metrics-wandb-no-run")
+def _(t: Ctx) -> Expect:
+    params = metrics_params({"wandb": {"entity": "team", "project": "grpo"}})
+    return Expect(
+        lambda: parse_run_config(params, "dapo"),
+        ConfigError,
+        ("metrics.runs.dapo.sources.wandb names no run", "run_id", "name"),
     )
 
 

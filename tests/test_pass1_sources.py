@@ -162,17 +162,28 @@ class FakeRun:
 
 
 class FakeApi:
-    """The public ``wandb.Api`` interface: ``run("<entity>/<project>/<run_id>")``."""
+    """The public ``wandb.Api`` interface: ``run("<entity>/<project>/<run_id>")`` and
+    ``runs("<entity>/<project>", filters={"display_name": name})``."""
 
     def __init__(self, runs: dict[str, FakeRun]):
-        self.runs = runs
+        self._runs = runs
         self.paths: list[str] = []
+        for path, run in runs.items():
+            run.id = path.rsplit("/", 1)[1]
+            run.name = getattr(run, "name", None) or run.id
 
     def run(self, path: str) -> FakeRun:
         self.paths.append(path)
-        if path not in self.runs:
+        if path not in self._runs:
             raise ValueError(f"Could not find run {path}")
-        return self.runs[path]
+        return self._runs[path]
+
+    def runs(self, path: str, filters: dict | None = None) -> list[FakeRun]:
+        found = [run for p, run in self._runs.items() if p.rsplit("/", 1)[0] == path]
+        if filters:
+            assert set(filters) == {"display_name"}, filters
+            found = [run for run in found if run.name == filters["display_name"]]
+        return found
 
 
 def _factory(api: FakeApi):
@@ -198,7 +209,7 @@ def test_online_reads_only_rows_with_the_metric_and_their_own_step():
     run = FakeRun(_resumed_rows())
     api = FakeApi({"ent/proj/abc123": run})
 
-    history = read_wandb_history("ent", "proj", "abc123", api_factory=_factory(api))
+    history = read_wandb_history("ent/proj/abc123", api_factory=_factory(api))
 
     assert api.paths == ["ent/proj/abc123"]
     assert history["step"].tolist() == [100, 110, 120, 130]
@@ -214,9 +225,7 @@ def test_online_never_calls_history(monkeypatch):
     calls = []
     monkeypatch.setattr(run, "history", lambda *a, **k: calls.append(a) or pd.DataFrame())
 
-    read_wandb_history(
-        "ent", "proj", "abc123", api_factory=_factory(FakeApi({"ent/proj/abc123": run}))
-    )
+    read_wandb_history("ent/proj/abc123", api_factory=_factory(FakeApi({"ent/proj/abc123": run})))
 
     assert calls == []
 
@@ -225,7 +234,7 @@ def test_online_step_key_absent_falls_back_to_wandb_step(caplog):
     rows = [{"_step": s, METRIC: s / 10} for s in (3, 6, 9)] + [{"_step": 10, "actor/entropy": 1.0}]
     api = FakeApi({"e/p/r": FakeRun(rows)})
     with caplog.at_level(logging.WARNING, logger="hed.pass1_sources"):
-        history = read_wandb_history("e", "p", "r", api_factory=_factory(api))
+        history = read_wandb_history("e/p/r", api_factory=_factory(api))
 
     assert history["step"].tolist() == [3, 6, 9]
     assert (history["step_key"] == "_step").all()
@@ -239,9 +248,7 @@ def test_online_nan_values_are_left_out_not_filled():
         {"_step": 2, STEP: 25, "actor/entropy": 1.0},
         {"_step": 3, METRIC: 0.4, STEP: 30},
     ]
-    history = read_wandb_history(
-        "e", "p", "r", api_factory=_factory(FakeApi({"e/p/r": FakeRun(rows)}))
-    )
+    history = read_wandb_history("e/p/r", api_factory=_factory(FakeApi({"e/p/r": FakeRun(rows)})))
     assert history["step"].tolist() == [10, 30]
     assert history["pass1"].tolist() == [0.2, 0.4]
 
@@ -254,7 +261,7 @@ def test_online_metric_key_absent_lists_up_to_20_keys():
     api = FakeApi({"e/p/r": FakeRun(rows, summary=summary)})
 
     with pytest.raises(InputDataError) as exc_info:
-        read_wandb_history("e", "p", "r", api_factory=_factory(api))
+        read_wandb_history("e/p/r", api_factory=_factory(api))
 
     message = _one_line(exc_info)
     assert METRIC in message
@@ -265,14 +272,14 @@ def test_online_metric_key_absent_lists_up_to_20_keys():
 
 def test_online_run_not_found_is_one_line():
     with pytest.raises(InputDataError) as exc_info:
-        read_wandb_history("e", "p", "nope", api_factory=_factory(FakeApi({})))
+        read_wandb_history("e/p/nope", api_factory=_factory(FakeApi({})))
     assert "e/p/nope" in _one_line(exc_info)
 
 
 def test_online_without_api_key_says_where_to_put_it(monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     with pytest.raises(ConfigError) as exc_info:
-        read_wandb_history("e", "p", "r")
+        read_wandb_history("e/p/r")
     message = _one_line(exc_info)
     assert "conf/local/credentials.yml" in message and "WANDB_API_KEY" in message
 
@@ -430,7 +437,7 @@ def test_config_defaults_and_first_source_for_figures():
     ("run_cfg", "expected"),
     [
         ({"sources": {"tensorboard": {}}}, "unknown source 'tensorboard'"),
-        ({"sources": {"wandb": {"entity": "e", "project": "p"}}}, "run_id is missing"),
+        ({"sources": {"wandb": {"entity": "e", "project": "p"}}}, "wandb names no run"),
         ({"sources": {"csv": {"path": "a.csv", "column": "x"}}}, "unknown option(s) column"),
         (
             {
@@ -448,3 +455,291 @@ def test_bad_config_is_one_line(run_cfg, expected):
     with pytest.raises(ConfigError) as exc_info:
         parse_run_config({"runs": {"r": run_cfg}}, "r")
     assert expected in _one_line(exc_info)
+
+
+# ------------------------------------------------------------------ verl's logging (step 0)
+
+VERL_METRIC = "val-core/aime24/acc/mean@32"
+
+
+def _verl_rows(test_freq: int = 5, last: int = 15) -> list[dict]:
+    """History rows as verl's RayPPOTrainer logs them with ``wandb.log(data, step=global_steps)``.
+
+    ``val_before_train`` logs the initial validation at step 0 without
+    ``training/global_step``; every training step logs its metrics with
+    ``training/global_step``; every ``test_freq`` steps the validation metrics are merged
+    into that step's row.
+    """
+    rows = [{"_step": 0, VERL_METRIC: 0.1, "val-core/aime24/reward/mean@32": 0.1}]
+    for step in range(1, last + 1):
+        row = {"_step": step, STEP: step, "actor/entropy": 1.0 / step, "training/epoch": 0}
+        if step % test_freq == 0:
+            row[VERL_METRIC] = round(0.1 + step / 100, 4)
+        rows.append(row)
+    return rows
+
+
+def test_verl_step_zero_validation_is_kept_online(caplog):
+    api = FakeApi({"team/dapo/r1": FakeRun(_verl_rows())})
+    with caplog.at_level(logging.INFO, logger="hed.pass1_sources"):
+        history = read_wandb_history(
+            "team/dapo/r1", metric_key=VERL_METRIC, api_factory=_factory(api)
+        )
+
+    assert history["step"].tolist() == [0, 5, 10, 15]
+    assert history["pass1"].tolist() == [0.1, 0.15, 0.2, 0.25]
+    assert history["wandb_step"].tolist() == [0, 5, 10, 15]
+    assert "their step is _step" in caplog.text
+    rows = to_pass1_rows(history, run="dapo", source="wandb", metric_key=VERL_METRIC)
+    figure = select_pass1(rows, {}, {"dapo": [0, 5, 10, 12, 15]})
+    by_step = dict(zip(figure["step"], figure["pass1"], strict=True))
+    assert by_step[0] == 0.1  # global_step_0's checkpoint gets the step-0 baseline
+    assert math.isnan(by_step[12])  # a checkpoint between validations: empty, not forward-filled
+    assert figure["has_checkpoint"].all()
+
+
+def test_step_key_less_rows_are_dropped_when_wandb_step_is_another_counter(caplog):
+    # validation logged in its own call: _step counts calls, not global steps
+    rows = [{"_step": 0, VERL_METRIC: 0.1}]
+    for step in range(1, 7):
+        rows.append({"_step": 2 * step - 1, STEP: step, "actor/entropy": 1.0})
+        if step % 3 == 0:
+            rows.append({"_step": 2 * step, STEP: step, VERL_METRIC: step / 10})
+    api = FakeApi({"e/p/r": FakeRun(rows)})
+    with caplog.at_level(logging.WARNING, logger="hed.pass1_sources"):
+        history = read_wandb_history("e/p/r", metric_key=VERL_METRIC, api_factory=_factory(api))
+
+    assert history["step"].tolist() == [3, 6]
+    assert "1 row(s) carry" in caplog.text and "_step differs" in caplog.text
+
+
+@pytest.fixture(scope="module")
+def verl_offline_run(tmp_path_factory) -> Path:
+    """A real offline W&B run logged the way verl logs (step=global_steps, step 0 without key)."""
+    wandb = pytest.importorskip("wandb")
+    root = tmp_path_factory.mktemp("wandb_verl")
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in {
+            "WANDB_MODE": "offline",
+            "WANDB_SILENT": "true",
+            "WANDB_DIR": str(root),
+            "WANDB_CONFIG_DIR": str(root / "config"),
+            "WANDB_CACHE_DIR": str(root / "cache"),
+            "WANDB_DATA_DIR": str(root / "data"),
+            "WANDB_ERROR_REPORTING": "false",
+            "WANDB_DISABLE_GIT": "true",
+            "WANDB_DISABLE_CODE": "true",
+        }.items():
+            mp.setenv(name, value)
+        mp.delenv("WANDB_API_KEY", raising=False)
+        run = wandb.init(
+            mode="offline",
+            dir=root,
+            project="hed-verl",
+            settings=wandb.Settings(x_disable_stats=True, console="off", save_code=False),
+        )
+        for row in _verl_rows():
+            step = row.pop("_step")
+            run.log(row, step=step)
+        run_dir = Path(run.dir).parent
+        run.finish()
+        wandb.teardown()
+    return run_dir
+
+
+def test_verl_step_zero_validation_is_kept_offline(verl_offline_run):
+    history = read_wandb_offline_history(verl_offline_run, metric_key=VERL_METRIC)
+
+    assert history["step"].tolist() == [0, 5, 10, 15]
+    assert history["pass1"].tolist() == [0.1, 0.15, 0.2, 0.25]
+
+
+# ------------------------------------------------------------------ W&B: key, run names, network
+
+NETRC_KEY = "a" * 40
+
+
+@pytest.fixture
+def local_server():
+    """A TCP listener on 127.0.0.1 standing in for the W&B server (reachability only)."""
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+def test_key_only_in_netrc_is_used_by_the_online_reader(tmp_path, monkeypatch, local_server):
+    import wandb
+
+    host = local_server.removeprefix("http://")
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"machine {host}\n  login user\n  password {NETRC_KEY}\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    seen = {}
+
+    def fake_api(overrides=None, timeout=None, api_key=None):  # wandb.Api's signature
+        seen.update(overrides=overrides, api_key=api_key)
+        return FakeApi({"e/p/r": FakeRun(_verl_rows())})
+
+    monkeypatch.setattr(wandb, "Api", fake_api)
+    history = read_wandb_history("e/p/r", metric_key=VERL_METRIC, base_url=local_server)
+
+    assert seen == {"overrides": {"base_url": local_server}, "api_key": NETRC_KEY}
+    assert history["step"].tolist() == [0, 5, 10, 15]
+
+
+def test_environment_key_wins_over_netrc(tmp_path, monkeypatch, local_server):
+    from hed.pass1_sources import resolve_wandb_api_key
+
+    host = local_server.removeprefix("http://")
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"machine {host} login user password {NETRC_KEY}\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.setenv("WANDB_API_KEY", "b" * 40)
+    assert resolve_wandb_api_key(base_url=local_server) == "b" * 40
+    monkeypatch.delenv("WANDB_API_KEY")
+    assert resolve_wandb_api_key(base_url=local_server) == NETRC_KEY
+    with pytest.raises(ConfigError):  # the netrc entry is for another host
+        resolve_wandb_api_key(base_url="http://127.0.0.2:1")
+
+
+def test_no_key_anywhere_mentions_wandb_login(tmp_path, monkeypatch):
+    monkeypatch.setenv("NETRC", str(tmp_path / "missing-netrc"))
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    with pytest.raises(ConfigError) as exc_info:
+        read_wandb_history("e/p/r")
+    message = _one_line(exc_info)
+    assert "wandb login" in message and "WANDB_API_KEY" in message
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "team/dapo/r1",
+        "team/dapo/runs/r1",
+        "https://wandb.ai/team/dapo/runs/r1",
+        "https://wandb.ai/team/dapo/runs/r1/overview?nw=nwuser",
+        "https://wandb.example.org/team/dapo/runs/r1/",
+    ],
+)
+def test_run_path_and_url_resolve(spelling):
+    from hed.pass1_sources import WandbRunRef, parse_run_path
+
+    assert parse_run_path(spelling) == WandbRunRef("team", "dapo", "r1")
+
+
+def test_run_given_as_run_option_in_the_config():
+    from hed.pass1_sources import WandbRunRef, wandb_run_ref
+
+    cfg = parse_run_config(
+        {"runs": {"d": {"sources": {"wandb": {"run": "https://wandb.ai/t/p/runs/x9"}}}}}, "d"
+    )
+    options = cfg.source("wandb").options
+    assert wandb_run_ref(options, "w") == WandbRunRef("t", "p", "x9")
+    by_name = parse_run_config(
+        {"runs": {"d": {"sources": {"wandb": {"entity": "t", "project": "p", "name": "dapo"}}}}},
+        "d",
+    )
+    assert wandb_run_ref(by_name.source("wandb").options, "w") == WandbRunRef(
+        "t", "p", None, "dapo"
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"run": "t/p/x", "entity": "t"}, "give `run` or entity, not both"),
+        ({"entity": "t", "project": "p", "run_id": "x", "name": "n"}, "`run_id` or `name`"),
+        ({"entity": "t", "name": "n"}, "names no run"),
+        ({"run": "t/x"}, "is not a W&B run path"),
+    ],
+)
+def test_bad_run_reference_is_one_line(options, expected):
+    with pytest.raises(ConfigError) as exc_info:
+        parse_run_config({"runs": {"d": {"sources": {"wandb": options}}}}, "d")
+    assert expected in _one_line(exc_info)
+
+
+def test_display_name_resolves_through_the_api():
+    from hed.pass1_sources import WandbRunRef
+
+    runs = {"t/p/a1": FakeRun(_verl_rows()), "t/p/b2": FakeRun([{"_step": 0, VERL_METRIC: 1.0}])}
+    runs["t/p/a1"].name = "dapo_qwen3_8b_clip_higher"
+    runs["t/p/b2"].name = "dapo_qwen3_8b_no_clip"
+    api = FakeApi(runs)
+    history = read_wandb_history(
+        WandbRunRef("t", "p", name="dapo_qwen3_8b_clip_higher"),
+        metric_key=VERL_METRIC,
+        api_factory=_factory(api),
+    )
+    assert history["step"].tolist() == [0, 5, 10, 15]
+
+
+def test_ambiguous_or_unknown_display_name_is_one_line():
+    from hed.pass1_sources import WandbRunRef
+
+    runs = {"t/p/a1": FakeRun([]), "t/p/b2": FakeRun([]), "t/p/c3": FakeRun([])}
+    for run in runs.values():
+        run.name = "dapo"
+    runs["t/p/c3"].name = "grpo"
+    api = FakeApi(runs)
+    with pytest.raises(InputDataError) as exc_info:
+        read_wandb_history(WandbRunRef("t", "p", name="dapo"), api_factory=_factory(api))
+    message = _one_line(exc_info)
+    assert "2 runs named 'dapo': dapo (a1), dapo (b2)" in message and "run_id" in message
+    with pytest.raises(InputDataError) as exc_info:
+        read_wandb_history(WandbRunRef("t", "p", name="ppo"), api_factory=_factory(api))
+    message = _one_line(exc_info)
+    assert "no run named 'ppo'" in message and "grpo (c3)" in message
+
+
+def test_unreachable_server_fails_in_seconds_with_one_line(monkeypatch):
+    import socket
+    import time
+
+    # a port nobody listens on: the connection is refused at once
+    probe = socket.create_server(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    monkeypatch.setenv("WANDB_API_KEY", "c" * 40)
+    started = time.monotonic()
+    with pytest.raises(InputDataError) as exc_info:
+        read_wandb_history("e/p/r", base_url=f"http://127.0.0.1:{port}")
+    assert time.monotonic() - started < 6
+    message = _one_line(exc_info)
+    assert f"cannot reach W&B at 127.0.0.1:{port}" in message and "wandb_offline" in message
+
+
+def test_missing_mean_at_1_key_lists_the_runs_val_core_keys_closest_first():
+    rows = [
+        {
+            "_step": 5,
+            STEP: 5,
+            "actor/entropy": 0.3,
+            "val-aux/aime24/acc/std@32": 0.1,
+            "val-core/amc23/acc/mean@32": 0.4,
+            "val-core/aime24/acc/best@32/mean": 0.6,
+            "val-core/aime24/acc/mean@32": 0.2,
+        }
+    ]
+    api = FakeApi({"e/p/r": FakeRun(rows, summary=rows[0])})
+    with pytest.raises(InputDataError) as exc_info:
+        read_wandb_history(
+            "e/p/r", metric_key="val-core/aime24/acc/mean@1", api_factory=_factory(api)
+        )
+    listed = _one_line(exc_info).split("the run has: ", 1)[1].split(", ")
+    assert listed[0] == "val-core/aime24/acc/mean@32"
+    assert listed[:3] == sorted(listed[:3], key=lambda k: k != "val-core/aime24/acc/mean@32")
+    assert (
+        set(listed[:3])
+        == {
+            "val-core/aime24/acc/mean@32",
+            "val-core/aime24/acc/best@32/mean",
+            "val-core/amc23/acc/mean@32",
+        }
+        and listed.index("val-core/amc23/acc/mean@32") == 2
+    )

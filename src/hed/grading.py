@@ -1,4 +1,11 @@
-"""Answer checking with HuggingFace's ``math-verify`` (DESIGN.md §5.5, source ``generated``).
+"""Answer checking with HuggingFace's ``math-verify`` (the ``generated`` pass@1 source).
+
+A reference answer is *gold* LaTeX: math-verify extracts gold answers from math mode, so a
+reference is parsed inside ``$...$`` unless it already carries delimiters (``$``, ``\\(``,
+``\\[``) or a ``\\boxed{}``. Parsing ``3\\sqrt{13}`` or ``\\pi`` without delimiters finds only a
+prefix (``3``) or nothing, which graded MATH-style answers wrong. A reference math-verify
+cannot parse is never a silent False: :func:`grade_response` logs a warning naming the prompt
+and returns ``correct=None`` (not graded).
 
 ``math-verify`` bounds its parsing with ``signal.alarm``, which only works in a process's main
 thread; HED grades inside runner threads and subprocesses, so both timeouts are disabled
@@ -11,6 +18,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
@@ -68,27 +76,58 @@ def normalise_reference(answer: Any) -> str | None:
     return text
 
 
+_DELIMITED = re.compile(r"(?<!\\)\$|\\\(|\\\[|\\boxed\s*\{")
+
+
+def gold_latex(reference: str) -> str:
+    """The reference as math-verify's gold LaTeX: wrapped in ``$...$`` unless already delimited.
+
+    ``\\sqrt{51}`` → ``$\\sqrt{51}$``; ``$\\frac{1}{2}$``, ``\\(x\\)``, ``\\boxed{7}`` stay.
+    """
+    return reference if _DELIMITED.search(reference) else f"${reference}$"
+
+
+@lru_cache(maxsize=4096)
+def parse_reference(reference: str) -> tuple[Any, ...]:
+    """Parse a normalised reference answer as gold (cached: every sample of a prompt reuses it).
+
+    Returns:
+        math-verify's parse (a tuple of the sympy value and its string), empty when
+        math-verify finds no answer in the reference.
+    """
+    return tuple(parse(gold_latex(reference), extraction_config=_EXTRACTION, parsing_timeout=None))
+
+
+def reference_parses(reference: str | None) -> bool:
+    """Whether math-verify finds an answer in ``reference`` (None, no reference, counts as yes)."""
+    return reference is None or bool(parse_reference(reference))
+
+
 def grade_response(response: str, reference: str | None) -> Grade:
     """Extract the final answer of ``response`` and compare it with ``reference``.
+
+    The reference is parsed as gold LaTeX (:func:`gold_latex`); the response with math-verify's
+    LaTeX then plain-expression extraction, its last match being the answer.
 
     Args:
         response: the model's response text.
         reference: normalised reference answer (:func:`normalise_reference`) or None.
 
     Returns:
-        A :class:`Grade`; ``correct`` is None when ``reference`` is None.
+        A :class:`Grade`; ``correct`` is None when ``reference`` is None or math-verify cannot
+        parse it (the prompt set warns about such references before generation,
+        :func:`reference_parses`), False when the response has no answer.
     """
     predicted = parse(response, extraction_config=_EXTRACTION, parsing_timeout=None)
     extracted = str(predicted[-1]) if predicted else None
     if reference is None:
         return Grade(extracted_answer=extracted, correct=None)
-    gold = parse(
-        reference if "$" in reference or "\\" in reference else f"${reference}$",
-        extraction_config=_EXTRACTION,
-        parsing_timeout=None,
-    )
-    if not predicted or not gold:
+    gold = parse_reference(reference)
+    if not gold:
+        return Grade(extracted_answer=extracted, correct=None)
+    if not predicted:
         return Grade(extracted_answer=extracted, correct=False)
     return Grade(
-        extracted_answer=extracted, correct=bool(verify(gold, predicted, timeout_seconds=None))
+        extracted_answer=extracted,
+        correct=bool(verify(list(gold), predicted, timeout_seconds=None)),
     )

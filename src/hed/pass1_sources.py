@@ -3,7 +3,8 @@
 Sources, as named in ``parameters_metrics.yml``:
 
 * ``wandb`` — the W&B public API: ``Api().run("<entity>/<project>/<run_id>").scan_history``,
-  the full history (never the sampled ``history()``).
+  the full history (never the sampled ``history()``); the run named by path, URL or display
+  name, the key from ``WANDB_API_KEY`` or ``wandb login``'s ``~/.netrc``.
 * ``wandb_offline`` — a local run folder written with ``mode="offline"``
   (``wandb/offline-run-*/run-*.wandb``), read with the wandb package's own transaction-log
   reader: ``wandb leet inspect --json`` (wandb 0.31: the Python reader classes of older
@@ -15,7 +16,8 @@ Sources, as named in ``parameters_metrics.yml``:
 Both W&B sources apply the same rules to the history rows: only rows that carry the metric
 key count (no forward fill, NaN values dropped); the step is the value of the step key in
 *the same row* (default ``training/global_step``), or W&B's own ``_step`` when no metric row
-has the step key (said in the log). A step logged twice (a resumed run re-logging steps after
+has the step key (said in the log), or for a single row without it when ``_step`` equals the
+step key wherever both are logged (verl's step-0 validation). A step logged twice (a resumed run re-logging steps after
 its last checkpoint) keeps the value logged last, with a warning.
 
 Tables:
@@ -43,7 +45,7 @@ from typing import Any
 
 import pandas as pd
 
-from hed.errors import ConfigError, InputDataError
+from hed.errors import ConfigError, HEDError, InputDataError
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +71,21 @@ _CREDENTIALS_HINT = (
 
 # options each source accepts: name -> (required, optional with defaults)
 _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    # a run as `run: entity/project/run_id` (or its URL), as entity + project + run_id, or
+    # as entity + project + name (the display name, verl's trainer.experiment_name)
     "wandb": (
-        ("entity", "project", "run_id"),
-        {"metric_key": None, "step_key": None, "base_url": None, "timeout": 60},
+        (),
+        {
+            "run": None,
+            "entity": None,
+            "project": None,
+            "run_id": None,
+            "name": None,
+            "metric_key": None,
+            "step_key": None,
+            "base_url": None,
+            "timeout": 20,
+        },
     ),
     "wandb_offline": (("path",), {"metric_key": None, "step_key": None}),
     "csv": (("path",), {"step_column": "step", "pass1_column": "pass1"}),
@@ -135,6 +149,8 @@ def _source_options(run: str, name: str, raw: Any, wandb_defaults: Mapping[str, 
         if options.get(key) in (None, ""):
             needs = ", ".join(required)
             raise ConfigError(f"{where}.{key} is missing: the {name} source needs {needs}")
+    if name == "wandb":
+        wandb_run_ref(options, where)  # refuses an incomplete or ambiguous run reference now
     if name in WANDB_SOURCES:
         options["metric_key"] = str(
             options["metric_key"] or wandb_defaults.get("metric_key") or DEFAULT_METRIC_KEY
@@ -224,16 +240,67 @@ def export_wandb_api_key(credentials: Mapping[str, Any] | None) -> bool:
     return True
 
 
-def resolve_wandb_api_key(api_key: str | None = None) -> str:
-    """Return ``api_key`` or ``WANDB_API_KEY``.
+def resolve_wandb_api_key(api_key: str | None = None, base_url: str | None = None) -> str:
+    """The W&B API key, looked up where W&B itself looks, in its order; never logged.
+
+    Order: ``api_key``; the ``WANDB_API_KEY`` variable (which the project hook sets from
+    ``conf/local/credentials.yml`` when it is unset); the key ``wandb login`` stored in
+    ``~/.netrc`` (or the file ``NETRC`` names) for ``base_url``'s host, read with wandb's own
+    reader (``wandb.sdk.lib.wbauth.wbnetrc.read_netrc_auth``).
+
+    Args:
+        api_key: an explicit key, or None.
+        base_url: the W&B server (default: wandb's configured default server).
 
     Raises:
-        ConfigError: neither is set (the message says where to put the key).
+        ConfigError: no key in any of those places (the message says where to put one).
     """
     key = api_key or os.environ.get("WANDB_API_KEY")
+    if key:
+        return key
+    from wandb.sdk.lib.wbauth import wbnetrc
+
+    try:
+        key = wbnetrc.read_netrc_auth(host=base_url or wandb_base_url())
+    except Exception as exc:  # a malformed key in .netrc: wandb raises AuthenticationError
+        raise ConfigError(f"the W&B key in ~/.netrc is not usable: {_first_line(exc)}") from None
     if not key:
-        raise ConfigError(f"no W&B API key for the wandb source: {_CREDENTIALS_HINT}")
+        raise ConfigError(
+            f"no W&B API key for the wandb source: run `wandb login`, or {_CREDENTIALS_HINT}"
+        )
     return key
+
+
+def wandb_base_url() -> str:
+    """The W&B server wandb uses by default (``WANDB_BASE_URL`` or wandb's own setting)."""
+    from wandb import env
+    from wandb.sdk import wandb_setup
+
+    return str(env.get_base_url(wandb_setup.singleton().settings.base_url)).rstrip("/")
+
+
+def check_reachable(base_url: str, timeout_s: float = 5.0) -> None:
+    """Fail fast when the W&B server cannot be reached (no network, wrong host).
+
+    wandb's own client retries for about a minute before giving up; one TCP connection with a
+    short timeout tells the same in seconds.
+
+    Raises:
+        InputDataError: the host does not resolve or refuses/ignores the connection.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    host = parts.hostname or base_url
+    port = parts.port or (80 if parts.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        raise InputDataError(
+            f"cannot reach W&B at {host}:{port} ({_first_line(exc)}): no network? "
+            "use the wandb_offline or csv source (docs/metrics.md)"
+        ) from None
 
 
 # ------------------------------------------------------------------ W&B history rows
@@ -266,11 +333,33 @@ def _as_step(value: Any, what: str) -> int:
     return int(number)
 
 
+def _same_number(a: Any, b: Any) -> bool:
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
+
+
 def _keys_hint(keys: Iterable[str], metric_key: str) -> str:
-    """Up to 20 keys, those sharing the metric key's first path component first."""
+    """Up to 20 of the run's keys, closest to ``metric_key`` first.
+
+    Keys sharing the metric key's first path component (``val-core``) come first, then those
+    sharing its first two (``val-core/<data_source>``); within each, by string similarity.
+    """
+    from difflib import SequenceMatcher
+
     public = sorted({key for key in keys if not key.startswith("_")})
-    prefix = metric_key.split("/", 1)[0]
-    public.sort(key=lambda key: not key.startswith(prefix))
+    parts = metric_key.split("/")
+
+    def rank(key: str) -> tuple[bool, bool, float]:
+        other = key.split("/")
+        return (
+            other[:1] != parts[:1],
+            other[:2] != parts[:2],
+            -SequenceMatcher(None, key, metric_key).ratio(),
+        )
+
+    public.sort(key=rank)
     return _shown(public, _MAX_KEYS_SHOWN) or "none"
 
 
@@ -286,8 +375,11 @@ def history_from_rows(
 
     Only rows that carry ``metric_key`` count; no value is carried to other rows. The step
     is ``row[step_key]`` of the same row; when no metric row has ``step_key``, W&B's
-    ``_step`` is used instead and the log says so; metric rows without ``step_key`` while
-    others have it are dropped with a warning (their steps would mix two step counters).
+    ``_step`` is used instead and the log says so. A metric row without ``step_key`` while
+    others have it takes its ``_step`` when, on every row of ``rows`` that carries both keys,
+    ``_step`` equals ``step_key`` (verl logs ``wandb.log(..., step=global_steps)`` and its
+    step-0 validation without ``training/global_step``); otherwise it is dropped with a
+    warning (its step would mix two step counters).
 
     Args:
         rows: history rows (dicts) in logged order; keys as logged, ``/`` included.
@@ -307,9 +399,13 @@ def history_from_rows(
     seen_keys: set[str] = set()
     metric_rows = []
     n_nan = 0
+    n_both = n_agree = 0  # rows carrying both step_key and _step; those where they are equal
     for row in rows:
         if known_keys is None:
             seen_keys.update(row)
+        if row.get(step_key) is not None and row.get(WANDB_STEP) is not None:
+            n_both += 1
+            n_agree += _same_number(row[step_key], row[WANDB_STEP])
         value = row.get(metric_key)
         if value is None:
             continue
@@ -338,23 +434,47 @@ def history_from_rows(
             WANDB_STEP,
         )
         used_step_key = WANDB_STEP
-    records, dropped = [], []
+    # verl logs with wandb.log(..., step=global_steps), so `_step` is the global step, and its
+    # step-0 validation (val_before_train) carries no step key: take `_step` for such rows when
+    # every row that has both agrees
+    step_is_wandb_step = used_step_key != WANDB_STEP and n_both > 0 and n_agree == n_both
+    records, dropped, recovered = [], [], []
     for row, pass1 in metric_rows:
         wandb_step = row.get(WANDB_STEP)
-        if row.get(used_step_key) is None:
-            dropped.append(wandb_step)
-            continue
-        step = _as_step(row[used_step_key], f"{where}: {used_step_key} at _step {wandb_step}")
+        key = used_step_key
+        if row.get(key) is None:
+            if not (step_is_wandb_step and wandb_step is not None):
+                dropped.append(wandb_step)
+                continue
+            key = WANDB_STEP
+            recovered.append(wandb_step)
+        step = _as_step(row[key], f"{where}: {key} at _step {wandb_step}")
         wandb_step = None if wandb_step is None else _as_step(wandb_step, f"{where}: _step")
         records.append((step, pass1, wandb_step, metric_key, used_step_key))
+    if recovered:
+        logger.info(
+            "%s: %d row(s) carry %s without %s (W&B _step %s, e.g. verl's step-0 validation); "
+            "their step is _step, which equals %s on all %d row(s) that have both",
+            where,
+            len(recovered),
+            metric_key,
+            used_step_key,
+            _shown(recovered, _MAX_STEPS_SHOWN),
+            used_step_key,
+            n_both,
+        )
     if dropped:
         logger.warning(
-            "%s: %d row(s) carry %s but not %s (W&B _step %s); left out",
+            "%s: %d row(s) carry %s but not %s (W&B _step %s); left out: _step differs from "
+            "%s on %d of the %d row(s) that have both, so it is not the same step counter",
             where,
             len(dropped),
             metric_key,
             used_step_key,
             _shown(dropped, _MAX_STEPS_SHOWN),
+            used_step_key,
+            n_both - n_agree,
+            n_both,
         )
     table = pd.DataFrame.from_records(records, columns=HISTORY_COLUMNS)
     return table.astype(_HISTORY_DTYPES)
@@ -363,14 +483,95 @@ def history_from_rows(
 # ------------------------------------------------------------------ W&B online
 
 
+@dataclass(frozen=True)
+class WandbRunRef:
+    """A W&B run as a user names it.
+
+    Attributes:
+        entity, project: the run's entity (user or team) and project.
+        run_id: the run id (the last part of ``https://wandb.ai/<entity>/<project>/runs/<id>``),
+            or None when the run is named by its display name.
+        name: the display name (verl: ``trainer.experiment_name``), resolved through the API.
+    """
+
+    entity: str
+    project: str
+    run_id: str | None = None
+    name: str | None = None
+
+    @property
+    def path(self) -> str:
+        """``entity/project/run_id`` (``entity/project/name=<name>`` before resolution)."""
+        last = self.run_id if self.run_id is not None else f"name={self.name}"
+        return f"{self.entity}/{self.project}/{last}"
+
+
+def parse_run_path(text: str, where: str = "wandb.run") -> WandbRunRef:
+    """Read a run path ``entity/project/run_id`` or a run URL.
+
+    Accepted: ``entity/project/run_id``, ``entity/project/runs/run_id``, and URLs such as
+    ``https://wandb.ai/entity/project/runs/run_id/overview?nw=...`` (any host: self-hosted
+    servers too).
+
+    Raises:
+        ConfigError: anything else (the message shows the accepted spellings).
+    """
+    from urllib.parse import urlsplit
+
+    raw = str(text).strip()
+    path = urlsplit(raw).path if "://" in raw else raw
+    parts = [part for part in path.strip("/").split("/") if part]
+    if len(parts) >= 4 and parts[2] == "runs":  # .../runs/<id>, .../runs/<id>/overview
+        parts = [parts[0], parts[1], parts[3]]
+    if len(parts) != 3:
+        raise ConfigError(
+            f"{where}: {raw!r} is not a W&B run path; write entity/project/run_id or the run's "
+            "URL https://wandb.ai/<entity>/<project>/runs/<run_id>"
+        )
+    return WandbRunRef(entity=parts[0], project=parts[1], run_id=parts[2])
+
+
+def wandb_run_ref(options: Mapping[str, Any], where: str) -> WandbRunRef:
+    """The run a ``wandb`` source names: ``run`` (path or URL), or entity + project + run_id/name.
+
+    Raises:
+        ConfigError: no run named, or named twice (``run`` and entity/project/run_id/name, or
+            both ``run_id`` and ``name``).
+    """
+    given = {key for key in ("entity", "project", "run_id", "name") if options.get(key)}
+    if options.get("run"):
+        if given:
+            raise ConfigError(f"{where}: give `run` or {', '.join(sorted(given))}, not both")
+        return parse_run_path(str(options["run"]), f"{where}.run")
+    if options.get("run_id") and options.get("name"):
+        raise ConfigError(f"{where}: give `run_id` or `name`, not both")
+    missing = [key for key in ("entity", "project") if not options.get(key)]
+    if missing or not (options.get("run_id") or options.get("name")):
+        raise ConfigError(
+            f"{where} names no run: set `run: <entity>/<project>/<run_id>` (or the run's URL), "
+            "or entity + project + run_id (or name, the run's display name)"
+        )
+    return WandbRunRef(
+        entity=str(options["entity"]),
+        project=str(options["project"]),
+        run_id=str(options["run_id"]) if options.get("run_id") else None,
+        name=str(options["name"]) if options.get("name") else None,
+    )
+
+
 def default_api_factory(*, base_url: str | None = None, timeout: int | None = None) -> Any:
-    """Build ``wandb.Api`` with the key from :func:`resolve_wandb_api_key` (never prompts).
+    """Build ``wandb.Api`` with the key of :func:`resolve_wandb_api_key` (never prompts).
+
+    Checks first that the server answers (:func:`check_reachable`, seconds instead of wandb's
+    minute of retries).
 
     Raises:
         ConfigError: no API key.
         InputDataError: W&B cannot be reached or refuses the key.
     """
-    key = resolve_wandb_api_key()
+    server = (base_url or wandb_base_url()).rstrip("/")
+    key = resolve_wandb_api_key(base_url=server)
+    check_reachable(server)
     import wandb
 
     overrides = {"base_url": base_url} if base_url else None
@@ -381,6 +582,33 @@ def default_api_factory(*, base_url: str | None = None, timeout: int | None = No
             f"cannot log in to W&B: {_first_line(exc)} "
             "(no network? use the wandb_offline or csv source)"
         ) from None
+
+
+def resolve_run(api: Any, ref: WandbRunRef) -> Any:
+    """The run object of ``ref``: by id, or by display name within its project.
+
+    Raises:
+        InputDataError: the run does not exist, or the display name matches no run or several
+            (the message lists up to 20 candidates as ``name (id)``).
+    """
+    if ref.run_id is not None:
+        return api.run(ref.path)
+    project = f"{ref.entity}/{ref.project}"
+    matches = list(api.runs(project, filters={"display_name": ref.name}))
+    if len(matches) == 1:
+        logger.info("W&B run name %r in %s is run %s", ref.name, project, matches[0].id)
+        return matches[0]
+    if not matches:
+        candidates = [f"{run.name} ({run.id})" for run in api.runs(project)]
+        raise InputDataError(
+            f"W&B project {project} has no run named {ref.name!r}; its runs: "
+            f"{_shown(candidates, _MAX_KEYS_SHOWN) or 'none'} (set `run_id` or `run` instead)"
+        )
+    ids = [f"{run.name} ({run.id})" for run in matches]
+    raise InputDataError(
+        f"W&B project {project} has {len(matches)} runs named {ref.name!r}: "
+        f"{_shown(ids, _MAX_KEYS_SHOWN)}; set `run_id` (or `run: {project}/<run_id>`) to pick one"
+    )
 
 
 def _summary_keys(run: Any) -> list[str]:
@@ -403,14 +631,12 @@ def _summary_keys(run: Any) -> list[str]:
 
 
 def read_wandb_history(
-    entity: str,
-    project: str,
-    run_id: str,
+    run: str | WandbRunRef,
     *,
     metric_key: str = DEFAULT_METRIC_KEY,
     step_key: str = DEFAULT_STEP_KEY,
     base_url: str | None = None,
-    timeout: int | None = 60,
+    timeout: int | None = 20,
     api_factory: Callable[..., Any] | None = None,
 ) -> pd.DataFrame:
     """Read a metric's full history from the W&B API.
@@ -418,10 +644,12 @@ def read_wandb_history(
     Two ``scan_history`` calls, never ``history()`` (which samples): ``keys=[metric, _step]``
     gives every row carrying the metric (W&B returns only rows holding all requested keys),
     ``keys=[metric, step_key, _step]`` the step key of those rows that have it; they are
-    joined on ``_step`` and go through :func:`history_from_rows`.
+    joined on ``_step`` and go through :func:`history_from_rows` (which also recovers verl's
+    step-0 validation row, logged without the step key).
 
     Args:
-        entity, project, run_id: the run, as in ``https://wandb.ai/<entity>/<project>/runs/<run_id>``.
+        run: ``entity/project/run_id``, a run URL, or a :class:`WandbRunRef` (which may name
+            the run by its display name).
         metric_key: pass@1 key. step_key: step key (``_step`` for W&B's own counter).
         base_url: a self-hosted W&B server (default: wandb's own default).
         timeout: HTTP timeout in seconds.
@@ -432,27 +660,31 @@ def read_wandb_history(
         The history (``step, pass1, wandb_step, metric_key, step_key``).
 
     Raises:
-        ConfigError: no API key. InputDataError: run not found or unreachable, metric absent.
+        ConfigError: no API key, or a run path that is not one. InputDataError: run not found,
+            ambiguous or unreachable; metric absent (lists the run's keys, ``val-core/*``
+            first for verl's keys).
     """
-    path = f"{entity}/{project}/{run_id}"
-    where = f"W&B run {path}"
+    ref = run if isinstance(run, WandbRunRef) else parse_run_path(run)
+    where = f"W&B run {ref.path}"
     api = (api_factory or default_api_factory)(base_url=base_url, timeout=timeout)
     try:
-        run = api.run(path)
-        metric_rows = list(run.scan_history(keys=[metric_key, WANDB_STEP]))
+        found = resolve_run(api, ref)
+        metric_rows = list(found.scan_history(keys=[metric_key, WANDB_STEP]))
         step_of: dict[Any, Any] = {}
         if step_key != WANDB_STEP and metric_rows:
-            for row in run.scan_history(keys=[metric_key, step_key, WANDB_STEP]):
+            for row in found.scan_history(keys=[metric_key, step_key, WANDB_STEP]):
                 step_of[row.get(WANDB_STEP)] = row.get(step_key)
+    except HEDError:
+        raise
     except Exception as exc:  # wandb raises CommError, ValueError, HTTP errors
         raise InputDataError(
-            f"{where}: {_first_line(exc)} (check entity/project/run_id in parameters_metrics.yml)"
+            f"{where}: {_first_line(exc)} (check the run in parameters_metrics.yml)"
         ) from None
     rows = [
         {**row, step_key: step_of[row.get(WANDB_STEP)]} if row.get(WANDB_STEP) in step_of else row
         for row in metric_rows
     ]
-    known = _summary_keys(run) if not metric_rows else None
+    known = _summary_keys(found) if not metric_rows else None
     return history_from_rows(
         rows, metric_key=metric_key, step_key=step_key, where=where, known_keys=known
     )

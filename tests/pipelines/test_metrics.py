@@ -199,10 +199,14 @@ def test_qae_repro_example_lists_wandb_for_both_runs():
         env="qae_repro",
     )
     metrics = loader["parameters"]["metrics"]
+    prompt_file = Path(loader["catalog"]["raw_prompts"]["filepath"]).name
     for run in ("dapo_with_clip", "dapo_without_clip"):
         config = pass1_sources.parse_run_config(metrics, run)
         assert config.figure_source == "wandb"
-        assert config.wandb_source.options["metric_key"] == METRIC
+        key = config.wandb_source.options["metric_key"]
+        assert key == "val-core/aime24/acc/mean@32"
+        # the metric's benchmark (verl's val-core/<data_source>/...) is the prompt file's
+        assert prompt_file == f"{key.split('/')[1]}.jsonl"
 
 
 def test_catalog_resolves_the_metrics_datasets():

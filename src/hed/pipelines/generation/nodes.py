@@ -15,7 +15,7 @@ import hed
 from hed.checkpoints import checkpoint_fingerprint, model_dir_for_step
 from hed.embedded import ensure_embedded_checkpoint
 from hed.errors import ConfigError, InputDataError
-from hed.grading import grade_response, normalise_reference
+from hed.grading import grade_response, normalise_reference, reference_parses
 from hed.layout import layout_from_params
 from hed.prompts import PROMPT_COLUMNS, pick_prompt_column, prompt_id, render_prompt, sample_rows
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
@@ -67,6 +67,7 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
     answer_column = params.get("answer_column")
     if answer_column and answer_column in chosen.columns:
         answers = [normalise_reference(a) for a in chosen[answer_column].tolist()]
+        _warn_unparsed_references(answers, rows, source)
     else:
         answers = [None] * len(prompts)
     return pd.DataFrame(
@@ -79,6 +80,24 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
             "source_row": rows.astype(np.int64),
         }
     )[PROMPT_COLUMNS]
+
+
+def _warn_unparsed_references(answers: list[str | None], rows: np.ndarray, source: str) -> None:
+    """Warn once per prompt whose reference answer math-verify cannot parse (left ungraded)."""
+    bad = [
+        (i, int(row))
+        for i, (a, row) in enumerate(zip(answers, rows, strict=True))
+        if not reference_parses(a)
+    ]
+    for index, row in bad:
+        logger.warning(
+            "prompt file %s, source_row %d (prompt_index %d): math-verify cannot parse the "
+            "reference answer %r; its responses stay ungraded (correct = null)",
+            source,
+            row,
+            index,
+            answers[index],
+        )
 
 
 def resolve_checkpoints(

@@ -24,6 +24,7 @@ from hed.pass1_sources import (
     read_wandb_offline_history,
     select_pass1,
     to_pass1_rows,
+    wandb_run_ref,
     warn_missing_steps,
 )
 
@@ -53,9 +54,7 @@ def fetch_wandb_history(
     options = spec.options
     if spec.name == "wandb":
         history = read_wandb_history(
-            str(options["entity"]),
-            str(options["project"]),
-            str(options["run_id"]),
+            wandb_run_ref(options, f"metrics.runs.{run}.sources.wandb"),
             metric_key=options["metric_key"],
             step_key=options["step_key"],
             base_url=options["base_url"],

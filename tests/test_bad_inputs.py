@@ -50,15 +50,13 @@ from hed.pipelines.aggregation.nodes import (
     check_sequences,
     check_token_records,
     compute_entropy_threshold,
-    merge_token_records,
+    read_lexicon,
 )
 from hed.pipelines.generation.nodes import (
     build_prompt_set,
     generate_shard,
     resolve_checkpoints,
-    sampling_params_from,
 )
-from hed.shard_metadata import GENERATION_METADATA_KEY
 from hed.pipelines.metrics.nodes import collect_run_pass1, fetch_wandb_history, read_csv_pass1
 from hed.pipelines.metrics.pipeline import create_pipeline as create_metrics_pipeline
 from hed.pipelines.mini_rl.nodes import generate_task_sets
@@ -68,6 +66,8 @@ from hed.provenance import PublishedArtifactsDataset
 from hed.recording import load_model_and_tokenizer, resolve_dtype
 from hed.runners import resolve_slots
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+from hed.sections import sampling_params_from
+from hed.shard_metadata import GENERATION_METADATA_KEY
 
 REPO = Path(__file__).resolve().parents[1]
 ERRORS_DOC = REPO / "docs" / "errors.md"
@@ -798,8 +798,7 @@ def lexicon_from_yaml(ctx: Ctx, yaml_text: str) -> Callable[[], Any]:
         conf_source=str(ctx.tmp / "conf"), base_env="base", default_run_env="local"
     )
     aggregation = loader["parameters"]["aggregation"]
-    sequences = pd.DataFrame({"prompt_index": [0], "shard": [0]})
-    return lambda: merge_token_records(sequences, None, aggregation)
+    return lambda: read_lexicon(pd.DataFrame(), aggregation)
 
 
 @case("lexicon-entry-not-string")

@@ -58,3 +58,24 @@ SEQUENCE_SCHEMA = pa.schema(
 
 #: Key columns that identify a token record; the documented tie-break order (DESIGN.md §5.2).
 RECORD_KEY = ("prompt_index", "sample_index", "position")
+
+#: One row per high-entropy token of a step (``high_entropy_positions``): the merged record's
+#: key, token, word, category, entropy (nats), logprob, prob and top-k candidates.
+HIGH_ENTROPY_POSITION_SCHEMA = pa.schema(
+    [
+        pa.field("run", pa.string()),
+        pa.field("step", pa.int32()),
+        pa.field("prompt_index", pa.int32()),
+        pa.field("sample_index", pa.int16()),
+        pa.field("position", pa.int32()),
+        pa.field("token_id", pa.int32()),
+        pa.field("token_text", pa.string()),
+        pa.field("word", pa.string()),
+        pa.field("category", pa.string()),
+        pa.field("entropy", pa.float32()),
+        pa.field("logprob", pa.float32()),
+        pa.field("prob", pa.float32()),
+        pa.field("topk_token_ids", pa.list_(pa.int32())),
+        pa.field("topk_probs", pa.list_(pa.float32())),
+    ]
+)

@@ -43,7 +43,7 @@ from typing import Any
 
 import pandas as pd
 
-from hed.errors import ConfigError, InputDataError
+from hed.errors import ConfigError, InputDataError, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -239,11 +239,6 @@ def resolve_wandb_api_key(api_key: str | None = None) -> str:
 # ------------------------------------------------------------------ W&B history rows
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _shown(items: Iterable[Any], limit: int) -> str:
     items = list(items)
     text = ", ".join(str(item) for item in items[:limit])
@@ -378,7 +373,7 @@ def default_api_factory(*, base_url: str | None = None, timeout: int | None = No
         return wandb.Api(overrides=overrides, timeout=timeout, api_key=key)
     except Exception as exc:  # network/auth errors come in many types
         raise InputDataError(
-            f"cannot log in to W&B: {_first_line(exc)} "
+            f"cannot log in to W&B: {one_line(exc, limit=None)} "
             "(no network? use the wandb_offline or csv source)"
         ) from None
 
@@ -446,7 +441,8 @@ def read_wandb_history(
                 step_of[row.get(WANDB_STEP)] = row.get(step_key)
     except Exception as exc:  # wandb raises CommError, ValueError, HTTP errors
         raise InputDataError(
-            f"{where}: {_first_line(exc)} (check entity/project/run_id in parameters_metrics.yml)"
+            f"{where}: {one_line(exc, limit=None)} "
+            "(check entity/project/run_id in parameters_metrics.yml)"
         ) from None
     rows = [
         {**row, step_key: step_of[row.get(WANDB_STEP)]} if row.get(WANDB_STEP) in step_of else row
@@ -585,7 +581,9 @@ def read_pass1_csv(
     try:
         frame = pd.read_csv(path)
     except Exception as exc:  # pandas raises many types
-        raise InputDataError(f"pass@1 CSV {path} cannot be read: {_first_line(exc)}") from None
+        raise InputDataError(
+            f"pass@1 CSV {path} cannot be read: {one_line(exc, limit=None)}"
+        ) from None
     for role, column in (("step_column", step_column), ("pass1_column", pass1_column)):
         if column not in frame.columns:
             raise InputDataError(

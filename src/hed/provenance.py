@@ -37,7 +37,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -46,8 +45,8 @@ from typing import Any
 from kedro.framework.hooks import hook_impl
 from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError
 
-from hed.atomic_io import write_error
-from hed.errors import ConfigError, InputDataError, OutputWriteError
+from hed.atomic_io import atomic_path, write_error
+from hed.errors import ConfigError, InputDataError, OutputWriteError, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +150,7 @@ def describe_dataset(catalog: Any, name: str, mode: str = "load") -> dict[str, A
                 dataset.resolve_load_version() if mode == "load" else dataset.resolve_save_version()
             )
         except DatasetError as exc:
-            info["error"] = str(exc).splitlines()[0]
+            info["error"] = one_line(exc, limit=None)
             return info
         info["version"] = version
         info["path"] = str(dataset._get_versioned_path(version)) if version else info["filepath"]
@@ -311,14 +310,8 @@ def _sha256(path: Path) -> str:
 
 
 def _copy_atomically(source: Path, dest: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
-    try:
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(dest) as temp:
+        shutil.copyfile(source, temp)
 
 
 class PublishedArtifactsDataset(AbstractDataset[dict[str, Any], dict[str, Any]]):
@@ -394,15 +387,8 @@ class PublishedArtifactsDataset(AbstractDataset[dict[str, Any], dict[str, Any]])
         for stale in set(previous) - set(files):
             (dest_dir / stale).unlink(missing_ok=True)
         manifest = {"env": env, "published_from": data.get("source"), "files": files}
-        fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".tmp", dir=dest_dir)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(manifest, handle, indent=2)
-                handle.write("\n")
-            os.replace(tmp, dest_dir / MANIFEST)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_path(dest_dir / MANIFEST) as temp:
+            temp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
     def load(self) -> dict[str, Any]:
         if not self._root.is_dir():

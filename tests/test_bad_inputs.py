@@ -38,7 +38,12 @@ from kedro.io.core import DatasetError, Version
 from kedro.pipeline import Node
 
 from hed.atomic_io import install_atomic_local_writes
-from hed.datasets import ArrowParquetDataset, PromptFileDataset, write_parquet_atomically
+from hed.datasets import (
+    ArrowParquetDataset,
+    PromptFileDataset,
+    PublishedArtifactsDataset,
+    write_parquet_atomically,
+)
 from hed.entropy import NonFiniteLogitsError, token_distribution_stats
 from hed.errors import CheckpointError, ConfigError, HEDError, InputDataError, OutputWriteError
 from hed.layout import layout_from_params
@@ -62,7 +67,6 @@ from hed.pipelines.metrics.pipeline import create_pipeline as create_metrics_pip
 from hed.pipelines.mini_rl.nodes import generate_task_sets
 from hed.pipelines.publish.nodes import plan_publication
 from hed.pipelines.reporting.nodes import plan_figures
-from hed.provenance import PublishedArtifactsDataset
 from hed.recording import load_model_and_tokenizer, resolve_dtype
 from hed.runners import resolve_slots
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA

@@ -35,6 +35,7 @@ from kedro.io.core import (
 
 from hed.atomic_io import atomic_path, write_error
 from hed.errors import InputDataError, one_line
+from hed.publishing import publish, published_manifests
 
 logger = logging.getLogger(__name__)
 
@@ -331,3 +332,47 @@ class PromptFileDataset(AbstractDataset[None, pd.DataFrame]):
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": self._filepath}
+
+
+class PublishedArtifactsDataset(AbstractDataset[dict[str, Any], dict[str, Any]]):
+    """Final figures, tables and config of each environment, under ``<filepath>/<env>/``.
+
+    ``filepath`` is a folder (``filepath``, so that Kedro makes a relative one absolute against
+    the project root, as for every file dataset).
+
+    ``save(plan)`` takes the ``publish`` node's plan::
+
+        {"env": "qae_repro", "project_path": "/abs/project", "source": {"env", "run_id"},
+         "files": {"<file name>": {"dataset": "<catalog name>", "path": "<file to copy>",
+                                   "version": "<load version>"}}}
+
+    and copies each file byte for byte (atomically, :func:`hed.publishing.publish`) to
+    ``<filepath>/<env>/<file name>``, then
+    writes ``<filepath>/<env>/MANIFEST.json`` (source run; per file its dataset, source path
+    relative to the project, version, sha256 and size). Files that a previous publication
+    listed and this one does not are removed; files HED did not publish are left alone.
+    Relative ``path`` values are relative to ``project_path``.
+
+    ``load()`` returns ``{env: manifest}`` for every published environment.
+
+    Raises:
+        InputDataError: a file of the plan does not exist (nothing is copied then).
+        OutputWriteError: the destination cannot be written (a file where a folder should be,
+            permissions, disk full) or ``env`` is not a usable folder name.
+    """
+
+    def __init__(self, *, filepath: str, metadata: dict[str, Any] | None = None) -> None:
+        self._root = Path(filepath)
+        self.metadata = metadata
+
+    def save(self, data: dict[str, Any]) -> None:
+        publish(data, self._root)
+
+    def load(self) -> dict[str, Any]:
+        return published_manifests(self._root)
+
+    def _exists(self) -> bool:
+        return self._root.is_dir()
+
+    def _describe(self) -> dict[str, Any]:
+        return {"filepath": str(self._root)}

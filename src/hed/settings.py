@@ -6,8 +6,7 @@ from kedro.config import OmegaConfigLoader
 
 from hed.atomic_io import install_atomic_local_writes
 from hed.errors import install_short_tracebacks
-from hed.hooks import ProjectHooks
-from hed.provenance import ProvenanceHooks
+from hed.hooks import ProjectHooks, ProvenanceHooks
 
 # Every local file a dataset writes appears only when complete (temporary file + rename),
 # in the `kedro` process and in the runner's subprocesses, which import these settings too.

@@ -27,6 +27,7 @@ from kedro.runner import SequentialRunner
 from hed import provenance
 from hed.errors import ConfigError
 from hed.figures import figure3_size, figure_size
+from hed.hooks import ProvenanceHooks
 from hed.pipelines.reporting import create_pipeline
 from hed.pipelines.reporting.nodes import (
     FIGURE2_COLUMNS,
@@ -317,7 +318,7 @@ def run_pipeline(
     pipeline: Pipeline, catalog: DataCatalog, *, env: str | None, run_id: str, project: Path
 ) -> None:
     """Run ``pipeline`` the way a session does: before_pipeline_run, then the runner with hooks."""
-    hooks = provenance.ProvenanceHooks()
+    hooks = ProvenanceHooks()
     manager = _create_hook_manager()
     manager.register(hooks)
     run_params = {
@@ -748,7 +749,7 @@ def test_base_and_qae_repro_reporting_parameters():
 
 def test_hooks_leave_pipelines_without_run_context_alone(tmp_path):
     catalog = DataCatalog()
-    hooks = provenance.ProvenanceHooks()
+    hooks = ProvenanceHooks()
     hooks.before_pipeline_run(run_params={"env": None}, pipeline=Pipeline([]), catalog=catalog)
     assert provenance.RUN_CONTEXT not in catalog
     node = create_pipeline(params={"runs": RUNS}).nodes[0]  # a node without run_context
@@ -802,14 +803,12 @@ def test_the_end_of_a_run_names_the_files_written(tmp_path, caplog):
     from kedro.pipeline import Node, Pipeline
     from kedro_datasets.pandas import CSVDataset
 
-    from hed.provenance import ProvenanceHooks
-
     path = tmp_path / "figure3_high_entropy_token_probability.csv"
     table = CSVDataset(filepath=str(path), version=Version(None, None))
     table.save(pd.DataFrame({"word": ["wait"]}))
     catalog = DataCatalog({"figure3_table": table})
     pipeline = Pipeline([Node(lambda: None, None, "figure3_table", name="draw")])
-    with caplog.at_level("INFO", logger="hed.provenance"):
+    with caplog.at_level("INFO", logger="hed.hooks"):
         ProvenanceHooks().after_pipeline_run(run_params={}, pipeline=pipeline, catalog=catalog)
     [version] = [p.name for p in path.iterdir()]
     assert f"Wrote {path / version / path.name}" in caplog.text

@@ -370,7 +370,7 @@ def build_resolved_config(
         summary_by_step, token_probability_mass_high_entropy, pass1_for_figures: the figures'
             inputs; their rows and (run, steps) coverage are recorded.
         parameters: every parameter of the environment (Kedro's ``parameters``).
-        run_context: what :class:`hed.provenance.ProvenanceHooks` recorded: env, run_id,
+        run_context: what :class:`hed.hooks.ProvenanceHooks` recorded: env, run_id,
             project_path, git commit, package versions, the resolved path and load version of
             each input of this node, the save path of each output of the run.
         artifacts: names of the reporting outputs (bound when the pipeline is built).

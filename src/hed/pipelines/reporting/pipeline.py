@@ -35,7 +35,7 @@ def create_pipeline(params: dict[str, Any] | None = None, **kwargs) -> Pipeline:
     Nodes (tagged ``reporting``): ``plan_figures`` → ``figure_plan`` (memory);
     ``build_figure2_table``; ``build_figure3_table`` → ``figure3_table``; ``plot_figure2`` →
     ``figure2_png``; ``plot_figure3`` → ``figure3_png``; ``build_resolved_config`` →
-    ``resolved_config`` (takes ``run_context``, filled by ``hed.provenance.ProvenanceHooks``).
+    ``resolved_config`` (takes ``run_context``, filled by ``hed.hooks.ProvenanceHooks``).
 
     Args:
         params: parameters holding ``runs`` (roles only are read; no checkpoint is touched).

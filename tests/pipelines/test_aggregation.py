@@ -32,7 +32,6 @@ from hed.schema import (
     SEQUENCE_SCHEMA,
     TOKEN_RECORD_SCHEMA,
 )
-from hed.shard_checks import shard_folder
 
 REPO = Path(__file__).resolve().parents[2]
 LEXICON = {
@@ -511,15 +510,6 @@ def test_parameters_that_do_not_shape_the_records_are_not_compared(tmp_path):
     checked, report = run_checks(records, sequences, generation=changed)
     pd.testing.assert_frame_equal(checked, unchanged[0])
     pd.testing.assert_frame_equal(report, unchanged[1])
-
-
-def test_shard_folder_of_versioned_and_plain_files():
-    root = "/d/data/02_intermediate/token_records/r/step_5"
-    versioned = (
-        f"{root}/shard_1.sequences.parquet/2026-01-02T03.04.05.678Z/shard_1.sequences.parquet"
-    )
-    assert shard_folder(versioned) == root
-    assert shard_folder(f"{root}/shard_0.parquet") == root
 
 
 # --------------------------------------------------------------------------- merge and tables

@@ -83,7 +83,9 @@ def test_no_pipeline_package_imports_another():
     assert crossings == {}
 
 
-@pytest.mark.parametrize("path", sorted(PIPELINES.rglob("*.py")), ids=lambda p: str(p.relative_to(PIPELINES)))
+@pytest.mark.parametrize(
+    "path", sorted(PIPELINES.rglob("*.py")), ids=lambda p: str(p.relative_to(PIPELINES))
+)
 def test_pipeline_modules_stay_small(path):
     n_lines = len(path.read_text().splitlines())
     assert n_lines <= MAX_PIPELINE_MODULE_LINES, f"{path.relative_to(SRC)}: {n_lines} lines"

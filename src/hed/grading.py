@@ -1,4 +1,4 @@
-"""Answer checking with HuggingFace's ``math-verify`` (DESIGN.md §5.5, source ``generated``).
+"""Answer checking with HuggingFace's ``math-verify`` (docs/metrics.md, source ``generated``).
 
 ``math-verify`` bounds its parsing with ``signal.alarm``, which only works in a process's main
 thread; HED grades inside runner threads and subprocesses, so both timeouts are disabled

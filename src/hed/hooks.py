@@ -27,7 +27,7 @@ def _credentials(context: KedroContext) -> dict[str, Any]:
     """Credentials of the run's environment, over those of ``conf/local``.
 
     Kedro reads ``conf/local`` only when it is the run environment, but secrets live there
-    (DESIGN.md §3) also for ``kedro run --env qae_repro``; an entry of the run environment wins.
+    (docs/metrics.md) also for ``kedro run --env qae_repro``; an entry of the run environment wins.
     """
     loaders = [context.config_loader]
     if context.env not in (None, "local"):

@@ -1,4 +1,4 @@
-"""pass@1 per training step from its four sources (DESIGN.md §5.5), testable without Kedro.
+"""pass@1 per training step from its four sources (docs/metrics.md), testable without Kedro.
 
 Sources, as named in ``parameters_metrics.yml``:
 

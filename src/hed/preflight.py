@@ -20,7 +20,7 @@ from hed.shard_metadata import (
     stale_reused_shard,
 )
 
-#: Dataset names of shard files (DESIGN.md §4): ``<run>.step_<step>.shard_<k>.sequences``.
+#: Dataset names of shard files (docs/datasets.md): ``<run>.step_<step>.shard_<k>.sequences``.
 _SHARD_SEQUENCES = re.compile(r"^(?P<step>.+\.step_\d+)\.shard_\d+\.sequences$")
 
 

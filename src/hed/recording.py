@@ -1,4 +1,4 @@
-"""Exact decode-time token records with transformers ``generate`` (DESIGN.md §5.1).
+"""Exact decode-time token records with transformers ``generate`` (docs/datasets.md).
 
 At every decode step ``generate`` hands the float32 raw logits ``z`` (B, V) to its logits
 processors, in list order, then takes ``argmax`` of what the last one returns (HED runs it

@@ -143,7 +143,7 @@ def create_pipeline(layout: StudyLayout | None = None, **kwargs: Any) -> Pipelin
     steps = [step_pipeline(run.name, step, layout.num_shards) for run, step in layout.run_steps()]
     with warnings.catch_warnings():
         # the all-steps nodes read `<run>.step_<step>.<table>`: dotted names are the user
-        # contract (DESIGN.md §4), not an accident Kedro should warn about
+        # contract (docs/datasets.md), not an accident Kedro should warn about
         warnings.filterwarnings("ignore", message="One or more dataset names contain '.'")
         combine = [
             Node(

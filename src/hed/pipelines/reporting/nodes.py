@@ -1,6 +1,6 @@
 """Nodes of the reporting pipeline: Figure 2 and Figure 3 (tables, PNGs) and ``resolved_config``.
 
-DESIGN.md §6 defines both figures; docs/figures.md explains them and docs/reporting.md lists
+docs/figures.md defines and explains both figures and docs/reporting.md lists
 the parameters. :func:`plan_figures` checks the inputs once and decides what the figures show
 (panels, Figure 3 steps, omissions); in strict mode it fails with one message naming
 everything missing, before any table or figure is written.
@@ -57,7 +57,7 @@ RANK_ORDER = (("sampled_prob_share", False), ("count", False), ("word", True))
 
 def figure2_kind(runs: Mapping[str, Any]) -> str:
     """``paper_reproduction`` when ``runs`` has a with_clip and a without_clip run, else
-    ``single_run_diagnostic`` (DESIGN.md §6)."""
+    ``single_run_diagnostic`` (docs/figures.md)."""
     roles = {str((cfg or {}).get("role", "single")) for cfg in runs.values()}
     return PAPER if {"with_clip", "without_clip"} <= roles else SINGLE
 
@@ -92,7 +92,7 @@ def fallback_fig3_steps(steps: Sequence[int]) -> list[int]:
 
 def sampled_words(mass: pd.DataFrame) -> pd.DataFrame:
     """Rows of ``token_probability_mass_high_entropy`` that Figure 3 can show: a non-empty word
-    (DESIGN.md §5.3) sampled at least once at a high-entropy position (``count`` > 0; the
+    (docs/aggregation.md) sampled at least once at a high-entropy position (``count`` > 0; the
     table also lists words seen only among the top-k alternatives, with count 0)."""
     words = mass["word"].astype("string")
     count = pd.to_numeric(mass["count"], errors="coerce").fillna(0)
@@ -297,7 +297,7 @@ def build_figure3_table(
 
     The measure is ``sampled_prob_share`` of ``token_probability_mass_high_entropy``: for word
     w, Σ prob over the step's high-entropy tokens with word w ÷ Σ prob over all its
-    high-entropy tokens with a non-empty word (DESIGN.md §6). ``count_share`` and
+    high-entropy tokens with a non-empty word (docs/figures.md). ``count_share`` and
     ``topk_mass_share`` are carried along as diagnostics.
 
     Args:

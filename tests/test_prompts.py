@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from hed.datasets import PromptFileDataset
 from hed.errors import InputDataError
 from hed.prompts import render_prompt
-
-PARAMS = {
-    "prompt_columns": ["prompt", "question", "problem"],
-    "answer_column": "answer",
-    "num_prompts": None,
-    "seed": 0,
-    "instruction_suffix": "",
-}
-
-
-def _write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def test_empty_prompt_file_names_the_file(tmp_path):

@@ -109,6 +109,7 @@ def calls(path: Path, dotted: str) -> int:
     [
         ("tempfile.mkstemp", "atomic_io.py"),
         ("os.replace", "atomic_io.py"),
+        ("tempfile.mkdtemp", "atomic_io.py"),
         ("functools.update_wrapper", "pipelines/binding.py"),
     ],
 )

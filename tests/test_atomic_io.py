@@ -142,3 +142,20 @@ def test_atomic_path_into_a_file_is_one_line(tmp_path):
             temp.write_text("never")
     message = str(exc.value)
     assert "\n" not in message and "blocker is a file, not a folder" in message
+
+
+def test_atomic_folder_replaces_the_target_only_when_complete(tmp_path):
+    from hed.atomic_io import atomic_folder
+
+    target = tmp_path / "global_step_0" / "actor_hf"
+    with atomic_folder(target) as temp:
+        (temp / "config.json").write_text("{}")
+        assert not target.exists()
+    assert (target / "config.json").read_text() == "{}"
+    assert (target.stat().st_mode & 0o777) == 0o755
+    with pytest.raises(OSError, match="disk full"):
+        with atomic_folder(target) as temp:
+            (temp / "config.json").write_text('{"half": ')
+            raise OSError("disk full")
+    assert (target / "config.json").read_text() == "{}"  # the complete folder is kept
+    assert sorted(p.name for p in target.parent.iterdir()) == ["actor_hf"]  # no leftover

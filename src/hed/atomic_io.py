@@ -195,6 +195,32 @@ def atomic_path(target: str | os.PathLike, *, mode: int | None = None) -> Iterat
     commit_temporary(temp, target)
 
 
+@contextmanager
+def atomic_folder(target: str | os.PathLike, *, mode: int = 0o755) -> Iterator[Path]:
+    """A temporary folder to fill; it replaces ``target`` only if the block succeeds.
+
+    The folder (``.<name>.<random>`` next to ``target``, so the rename stays on one
+    filesystem) gets ``mode`` (``mkdtemp`` creates ``0700``) and is renamed onto ``target``
+    (an existing ``target`` is removed first); on any exception it is removed and ``target``
+    is left as it was. Used for model folders, which must never look complete half-written.
+
+    Raises:
+        OSError: creating, filling or renaming the folder failed (the folder is removed).
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield temp
+        os.chmod(temp, mode)
+        if target.exists():
+            shutil.rmtree(target)
+        temp.rename(target)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+
+
 def owned_temporary_folder(prefix: str, parent: str | os.PathLike | None = None) -> Path:
     """Create a scratch folder ``<prefix><host>-<pid>-<random>``; remove dead writers' first.
 

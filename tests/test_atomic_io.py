@@ -108,3 +108,54 @@ def test_owned_temporary_folder_removes_only_dead_writers_folders(tmp_path):
     assert new.name.startswith(f"hed-run.step_3-{_host()}-{os.getpid()}-")
     assert not killed.exists()  # this host, process gone
     assert alive.exists() and elsewhere.exists() and other_step.exists()
+
+
+# ------------------------------------------------------------------ atomic_path (HED's own files)
+
+
+def test_atomic_path_commits_only_a_finished_block(tmp_path):
+    from hed.atomic_io import atomic_path
+
+    target = tmp_path / "sub" / "manifest.json"
+    with atomic_path(target, mode=0o644) as temp:
+        assert temp.parent == target.parent and temp.name.startswith(".manifest.json.")
+        assert temp.name.endswith(".tmp") and not target.exists()
+        temp.write_bytes(b'{"a": 1}\n')
+    assert target.read_bytes() == b'{"a": 1}\n'
+    assert (target.stat().st_mode & 0o777) == 0o644
+    # a failing block leaves the previous file as it was and no temporary
+    with pytest.raises(RuntimeError, match="half"):
+        with atomic_path(target) as temp:
+            temp.write_bytes(b'{"a": ')
+            raise RuntimeError("half written")
+    assert target.read_bytes() == b'{"a": 1}\n'
+    assert _files(tmp_path) == ["sub/manifest.json"]
+
+
+def test_atomic_path_into_a_file_is_one_line(tmp_path):
+    from hed.atomic_io import atomic_path
+    from hed.errors import OutputWriteError
+
+    (tmp_path / "blocker").write_text("x")
+    with pytest.raises(OutputWriteError) as exc:
+        with atomic_path(tmp_path / "blocker" / "out.json") as temp:
+            temp.write_text("never")
+    message = str(exc.value)
+    assert "\n" not in message and "blocker is a file, not a folder" in message
+
+
+def test_atomic_folder_replaces_the_target_only_when_complete(tmp_path):
+    from hed.atomic_io import atomic_folder
+
+    target = tmp_path / "global_step_0" / "actor_hf"
+    with atomic_folder(target) as temp:
+        (temp / "config.json").write_text("{}")
+        assert not target.exists()
+    assert (target / "config.json").read_text() == "{}"
+    assert (target.stat().st_mode & 0o777) == 0o755
+    with pytest.raises(OSError, match="disk full"):
+        with atomic_folder(target) as temp:
+            (temp / "config.json").write_text('{"half": ')
+            raise OSError("disk full")
+    assert (target / "config.json").read_text() == "{}"  # the complete folder is kept
+    assert sorted(p.name for p in target.parent.iterdir()) == ["actor_hf"]  # no leftover

@@ -38,7 +38,12 @@ from kedro.io.core import DatasetError, Version
 from kedro.pipeline import Node
 
 from hed.atomic_io import install_atomic_local_writes
-from hed.datasets import ArrowParquetDataset, PromptFileDataset, write_parquet_atomically
+from hed.datasets import (
+    ArrowParquetDataset,
+    PromptFileDataset,
+    PublishedArtifactsDataset,
+    write_parquet_atomically,
+)
 from hed.entropy import NonFiniteLogitsError, token_distribution_stats
 from hed.errors import CheckpointError, ConfigError, HEDError, InputDataError, OutputWriteError
 from hed.layout import layout_from_params
@@ -50,23 +55,22 @@ from hed.pipelines.aggregation.nodes import (
     check_sequences,
     check_token_records,
     compute_entropy_threshold,
-    merge_token_records,
+    read_lexicon,
 )
 from hed.pipelines.generation.nodes import (
     build_prompt_set,
     generate_shard,
     resolve_checkpoints,
-    sampling_params_from,
 )
 from hed.pipelines.metrics.nodes import collect_run_pass1, fetch_wandb_history, read_csv_pass1
 from hed.pipelines.metrics.pipeline import create_pipeline as create_metrics_pipeline
 from hed.pipelines.mini_rl.nodes import generate_task_sets
 from hed.pipelines.publish.nodes import plan_publication
 from hed.pipelines.reporting.nodes import plan_figures
-from hed.provenance import PublishedArtifactsDataset
 from hed.recording import load_model_and_tokenizer, resolve_dtype
 from hed.runners import resolve_slots
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+from hed.sections import sampling_params_from
 from hed.shard_metadata import GENERATION_METADATA_KEY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -798,8 +802,7 @@ def lexicon_from_yaml(ctx: Ctx, yaml_text: str) -> Callable[[], Any]:
         conf_source=str(ctx.tmp / "conf"), base_env="base", default_run_env="local"
     )
     aggregation = loader["parameters"]["aggregation"]
-    sequences = pd.DataFrame({"prompt_index": [0], "shard": [0]})
-    return lambda: merge_token_records(sequences, None, aggregation)
+    return lambda: read_lexicon(pd.DataFrame(), aggregation)
 
 
 @case("lexicon-entry-not-string")

@@ -17,6 +17,10 @@ live processes and of other hosts are left alone. Kedro ignores version folders 
 file, so a leftover never counts as a version.
 
 Reads and every other filesystem operation are plain ``LocalFileSystem`` behaviour.
+
+Files HED writes itself, outside a dataset's ``fsspec`` call (Parquet streams, published
+artifacts, manifests, task sets), go through :func:`atomic_path`, the same mechanism as a
+context manager: one place knows how a temporary file is named, committed and discarded.
 """
 
 from __future__ import annotations
@@ -29,13 +33,15 @@ import re
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileOpener, LocalFileSystem
 
-from hed.errors import OutputWriteError
+from hed.errors import OutputWriteError, one_line
 
 
 def _blocking_file(path: str | os.PathLike) -> str | None:
@@ -63,7 +69,7 @@ def write_error(path: str | os.PathLike, exc: OSError) -> OutputWriteError:
             f"cannot write {path}: {blocker} is a file, not a folder; move it away or change "
             "the output path"
         )
-    reason = exc.strerror or (str(exc).splitlines() or [type(exc).__name__])[0]
+    reason = exc.strerror or one_line(exc, limit=None)
     if exc.errno == errno.ENOSPC:
         return OutputWriteError(f"cannot write {path}: {reason}; free disk space and rerun")
     return OutputWriteError(
@@ -120,6 +126,99 @@ def remove_stale_temporaries(target: str | os.PathLike) -> list[Path]:
                 except OSError:
                     pass
     return removed
+
+
+def new_temporary(target: str | os.PathLike) -> str:
+    """Create an empty temporary file for ``target`` in its folder and return its path.
+
+    Stale temporaries of ``target`` (:func:`remove_stale_temporaries`) go first; the name is
+    ``.<name>.<host>-<pid>.<random>.tmp`` (:func:`temporary_prefix`).
+
+    Raises:
+        OutputWriteError: the folder cannot be written (names ``target``).
+    """
+    remove_stale_temporaries(target)
+    try:
+        fd, temp = tempfile.mkstemp(
+            prefix=temporary_prefix(target), suffix=".tmp", dir=os.path.dirname(target) or "."
+        )
+    except OSError as exc:
+        raise write_error(target, exc) from None
+    os.close(fd)
+    return temp
+
+
+def commit_temporary(temp: str | os.PathLike, target: str | os.PathLike) -> None:
+    """fsync ``temp`` and rename it onto ``target`` (atomic on one filesystem).
+
+    Raises:
+        OutputWriteError: the flush or the rename failed (``temp`` is removed).
+    """
+    try:
+        with open(temp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temp, target)
+    except OSError as exc:
+        Path(temp).unlink(missing_ok=True)
+        raise write_error(target, exc) from None
+
+
+@contextmanager
+def atomic_path(target: str | os.PathLike, *, mode: int | None = None) -> Iterator[Path]:
+    """A temporary path to write ``target`` at; it becomes ``target`` only if the block succeeds.
+
+    ``with atomic_path(dest) as temp: shutil.copyfile(source, temp)``: the folder is created,
+    the block writes ``temp`` (a file in ``target``'s folder, see :func:`new_temporary`), and on
+    a clean exit it is fsynced and renamed onto ``target``; on any exception it is removed and
+    ``target`` is left as it was.
+
+    Args:
+        target: the file to write.
+        mode: permission bits for the file (``0o644``); ``None`` keeps ``mkstemp``'s 0600.
+
+    Raises:
+        OutputWriteError: the folder cannot be created or written, or the rename failed.
+    """
+    target = Path(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_error(target, exc) from None
+    temp = Path(new_temporary(target))
+    try:
+        yield temp
+        if mode is not None:
+            os.chmod(temp, mode)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    commit_temporary(temp, target)
+
+
+@contextmanager
+def atomic_folder(target: str | os.PathLike, *, mode: int = 0o755) -> Iterator[Path]:
+    """A temporary folder to fill; it replaces ``target`` only if the block succeeds.
+
+    The folder (``.<name>.<random>`` next to ``target``, so the rename stays on one
+    filesystem) gets ``mode`` (``mkdtemp`` creates ``0700``) and is renamed onto ``target``
+    (an existing ``target`` is removed first); on any exception it is removed and ``target``
+    is left as it was. Used for model folders, which must never look complete half-written.
+
+    Raises:
+        OSError: creating, filling or renaming the folder failed (the folder is removed).
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield temp
+        os.chmod(temp, mode)
+        if target.exists():
+            shutil.rmtree(target)
+        temp.rename(target)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
 
 
 def owned_temporary_folder(prefix: str, parent: str | os.PathLike | None = None) -> Path:
@@ -180,15 +279,7 @@ class _AtomicLocalFile(LocalFileOpener):
 
     def _open(self) -> None:
         if self.f is None or self.f.closed:
-            folder = os.path.dirname(self.path)
-            remove_stale_temporaries(self.path)
-            try:
-                fd, self.temp = tempfile.mkstemp(
-                    prefix=temporary_prefix(self.path), suffix=".tmp", dir=folder or "."
-                )
-            except OSError as exc:
-                raise write_error(self.path, exc) from None
-            os.close(fd)
+            self.temp = new_temporary(self.path)
             self.f = open(self.temp, mode=self.mode)
 
     def abort(self) -> None:
@@ -205,13 +296,12 @@ class _AtomicLocalFile(LocalFileOpener):
             return
         try:
             self.f.flush()
-            os.fsync(self.f.fileno())
-            self.f.close()
-            os.replace(self.temp, self.path)
         except OSError as exc:
             self.f.close()
             self.discard()
             raise write_error(self.path, exc) from None
+        self.f.close()
+        commit_temporary(self.temp, self.path)
 
     def discard(self) -> None:
         if os.path.exists(self.temp):

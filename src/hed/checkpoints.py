@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from hed.atomic_io import atomic_folder
 from hed.errors import CheckpointError
 
 #: Model folders inside ``global_step_<N>``, in the order they are tried.
@@ -165,16 +163,7 @@ def write_model_folder(model: Any, tokenizer: Any, target: str | Path) -> Path:
         OSError: from ``save_pretrained`` or the rename; the temporary folder is removed first.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        os.chmod(tmp, 0o755)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with atomic_folder(target, mode=0o755) as temp:
+        model.save_pretrained(temp)
+        tokenizer.save_pretrained(temp)
     return target

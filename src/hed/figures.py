@@ -1,4 +1,4 @@
-"""Figure 2 and Figure 3 of the QAE analysis (DESIGN.md §6) drawn as matplotlib Figures.
+"""Figure 2 and Figure 3 of the QAE analysis (docs/figures.md) drawn as matplotlib Figures.
 
 Pure functions: a table in, a :class:`matplotlib.figure.Figure` out. No pyplot state, no file
 I/O (the catalog's ``matplotlib.MatplotlibDataset`` writes the PNG). The tables are those of
@@ -37,7 +37,7 @@ OKABE_ITO = {
     "vermillion": "#D55E00",
     "reddish_purple": "#CC79A7",
 }
-#: Word categories in legend order (DESIGN.md §5.4) and their colours.
+#: Word categories in legend order (docs/aggregation.md) and their colours.
 CATEGORIES = ("anthropomorphic", "reasoning", "other")
 CATEGORY_COLOURS = {
     "anthropomorphic": OKABE_ITO["vermillion"],
@@ -45,7 +45,7 @@ CATEGORY_COLOURS = {
     "other": "#9E9E9E",  # neutral grey: reads as "the rest" under every CVD simulation
 }
 PASS1_COLOUR = OKABE_ITO["black"]
-#: Marker of the pass@1 line per source (DESIGN.md §5.5), so panels with different sources differ.
+#: Marker of the pass@1 line per source (docs/metrics.md), so panels with different sources differ.
 SOURCE_MARKERS = {"wandb": "o", "wandb_offline": "D", "csv": "^", "generated": "s"}
 
 FIGURE3_MEASURE_LABEL = "normalised sampled\nprobability (fraction)"
@@ -62,7 +62,7 @@ _RC = {
     "axes.spines.top": False,
 }
 #: Fonts with CJK glyphs, tried after DejaVu Sans for characters it lacks (lexicon words such
-#: as 等等 or 嗯, DESIGN.md §5.4). Only installed ones are used (see :func:`font_family`).
+#: as 等等 or 嗯, docs/aggregation.md). Only installed ones are used (see :func:`font_family`).
 CJK_FALLBACK_FONTS = (
     "Noto Sans CJK SC",
     "Noto Sans CJK JP",
@@ -250,7 +250,7 @@ def plot_figure3(
 
     A grid of panels: one row per run (order of ``runs``), one column per step of ``steps``.
     Each panel has horizontal bars, rank 1 at the top, of length ``sampled_prob_share`` (the
-    normalised sampled probability, DESIGN.md §6); the x range is shared so panels compare.
+    normalised sampled probability, docs/figures.md); the x range is shared so panels compare.
     A panel without records says so.
 
     Args:

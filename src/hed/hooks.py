@@ -1,7 +1,13 @@
-"""Project hooks: cross-cutting concerns that do not belong in nodes."""
+"""Project hooks: cross-cutting concerns that do not belong in nodes.
+
+:class:`ProjectHooks` activates the environment's layout, exports credentials and runs the
+pre-run checks (:mod:`hed.preflight`); :class:`ProvenanceHooks` fills ``run_context`` with
+what only the session knows (:mod:`hed.provenance`). ``settings.py`` registers both.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kedro.config import MissingConfigException, OmegaConfigLoader
@@ -12,13 +18,16 @@ from kedro.framework.project import settings
 from hed import layout
 from hed.pass1_sources import export_wandb_api_key
 from hed.preflight import check_parameters, check_reused_shards
+from hed.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
+
+logger = logging.getLogger(__name__)
 
 
 def _credentials(context: KedroContext) -> dict[str, Any]:
     """Credentials of the run's environment, over those of ``conf/local``.
 
     Kedro reads ``conf/local`` only when it is the run environment, but secrets live there
-    (DESIGN.md §3) also for ``kedro run --env qae_repro``; an entry of the run environment wins.
+    (docs/metrics.md) also for ``kedro run --env qae_repro``; an entry of the run environment wins.
     """
     loaders = [context.config_loader]
     if context.env not in (None, "local"):
@@ -62,3 +71,53 @@ class ProjectHooks:
         check_parameters(pipeline, catalog)
         if run_params.get("only_missing_outputs"):
             check_reused_shards(pipeline, catalog)
+
+
+#: Outputs whose file the end of a run names in the log (the figures and what they are drawn from).
+_ANNOUNCED = {
+    "figure2_png",
+    "figure3_png",
+    "figure2_paper_reproduction",
+    "figure2_single_run_diagnostic",
+    "figure3_table",
+    "resolved_config",
+    "final_artifacts",
+}
+
+
+class ProvenanceHooks:
+    """Fill ``run_context`` for the nodes that take it (:mod:`hed.provenance` says what it holds).
+
+    Stateless: what it records goes into the run's catalog, never onto the instance.
+    """
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        """Register ``run_context`` in the catalog when the pipeline reads it."""
+        if RUN_CONTEXT in pipeline.inputs():
+            catalog[RUN_CONTEXT] = build_run_context(run_params, catalog, pipeline)
+
+    @hook_impl
+    def before_node_run(
+        self, node: Any, catalog: Any, inputs: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Add the node's resolved inputs (path, load version) to its ``run_context``."""
+        if RUN_CONTEXT not in node.inputs:
+            return None
+        recorded = {
+            name: describe_dataset(catalog, name, "load")
+            for name in node.inputs
+            if is_dataset_input(name)
+        }
+        return {RUN_CONTEXT: {**(inputs.get(RUN_CONTEXT) or {}), "inputs": recorded}}
+
+    @hook_impl
+    def after_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        """Log where the run's figures, figure tables and resolved config were written."""
+        written = [
+            describe_dataset(catalog, name, "load").get("path")
+            for name in sorted(pipeline.all_outputs())
+            if name in _ANNOUNCED
+        ]
+        for path in filter(None, written):
+            logger.info("Wrote %s", path)

@@ -40,7 +40,7 @@ class RunSpec:
 
     Attributes:
         name: run name, used in dataset names (``<run>.step_<step>...``).
-        role: ``with_clip``, ``without_clip`` or ``single`` (DESIGN.md §2).
+        role: ``with_clip``, ``without_clip`` or ``single`` (docs/configuration.md).
         checkpoint_root: folder holding ``global_step_<N>`` folders.
         steps: selected steps, ascending.
         embedded: materialise the embedded SmolLM2 into ``checkpoint_root`` when missing.

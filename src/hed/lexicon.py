@@ -2,8 +2,8 @@
 
 Configured as ``aggregation.lexicon`` (``conf/base/parameters_aggregation.yml``), an ordered
 mapping ``{category: [word, ...]}``. Words are matched against the lower-cased ``word`` of
-each token (DESIGN.md §5.3), so entries are lower-cased when read; a word listed under two
-categories takes the first category listed (DESIGN.md §5.4). The QAE paper (arXiv 2509.22611)
+each token (docs/aggregation.md), so entries are lower-cased when read; a word listed under two
+categories takes the first category listed (docs/aggregation.md). The QAE paper (arXiv 2509.22611)
 did not publish its list; the default is HED's, built around the words it names ("wait",
 "perhaps" anthropomorphic; "so", "let" reasoning).
 """

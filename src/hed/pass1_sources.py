@@ -1,4 +1,4 @@
-"""pass@1 per training step from its four sources (DESIGN.md §5.5), testable without Kedro.
+"""pass@1 per training step from its four sources (docs/metrics.md), testable without Kedro.
 
 Sources, as named in ``parameters_metrics.yml``:
 
@@ -45,7 +45,7 @@ from typing import Any
 
 import pandas as pd
 
-from hed.errors import ConfigError, HEDError, InputDataError
+from hed.errors import ConfigError, HEDError, InputDataError, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -263,7 +263,9 @@ def resolve_wandb_api_key(api_key: str | None = None, base_url: str | None = Non
     try:
         key = wbnetrc.read_netrc_auth(host=base_url or wandb_base_url())
     except Exception as exc:  # a malformed key in .netrc: wandb raises AuthenticationError
-        raise ConfigError(f"the W&B key in ~/.netrc is not usable: {_first_line(exc)}") from None
+        raise ConfigError(
+            f"the W&B key in ~/.netrc is not usable: {one_line(exc, limit=None)}"
+        ) from None
     if not key:
         raise ConfigError(
             f"no W&B API key for the wandb source: run `wandb login`, or {_CREDENTIALS_HINT}"
@@ -298,17 +300,12 @@ def check_reachable(base_url: str, timeout_s: float = 5.0) -> None:
         socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as exc:
         raise InputDataError(
-            f"cannot reach W&B at {host}:{port} ({_first_line(exc)}): no network? "
+            f"cannot reach W&B at {host}:{port} ({one_line(exc, limit=None)}): no network? "
             "use the wandb_offline or csv source (docs/metrics.md)"
         ) from None
 
 
 # ------------------------------------------------------------------ W&B history rows
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _shown(items: Iterable[Any], limit: int) -> str:
@@ -579,7 +576,7 @@ def default_api_factory(*, base_url: str | None = None, timeout: int | None = No
         return wandb.Api(overrides=overrides, timeout=timeout, api_key=key)
     except Exception as exc:  # network/auth errors come in many types
         raise InputDataError(
-            f"cannot log in to W&B: {_first_line(exc)} "
+            f"cannot log in to W&B: {one_line(exc, limit=None)} "
             "(no network? use the wandb_offline or csv source)"
         ) from None
 
@@ -678,7 +675,7 @@ def read_wandb_history(
         raise
     except Exception as exc:  # wandb raises CommError, ValueError, HTTP errors
         raise InputDataError(
-            f"{where}: {_first_line(exc)} (check the run in parameters_metrics.yml)"
+            f"{where}: {one_line(exc, limit=None)} (check the run in parameters_metrics.yml)"
         ) from None
     rows = [
         {**row, step_key: step_of[row.get(WANDB_STEP)]} if row.get(WANDB_STEP) in step_of else row
@@ -817,7 +814,9 @@ def read_pass1_csv(
     try:
         frame = pd.read_csv(path)
     except Exception as exc:  # pandas raises many types
-        raise InputDataError(f"pass@1 CSV {path} cannot be read: {_first_line(exc)}") from None
+        raise InputDataError(
+            f"pass@1 CSV {path} cannot be read: {one_line(exc, limit=None)}"
+        ) from None
     for role, column in (("step_column", step_column), ("pass1_column", pass1_column)):
         if column not in frame.columns:
             raise InputDataError(

@@ -20,7 +20,7 @@ from hed.shard_metadata import (
     stale_reused_shard,
 )
 
-#: Dataset names of shard files (DESIGN.md §4): ``<run>.step_<step>.shard_<k>.sequences``.
+#: Dataset names of shard files (docs/datasets.md): ``<run>.step_<step>.shard_<k>.sequences``.
 _SHARD_SEQUENCES = re.compile(r"^(?P<step>.+\.step_\d+)\.shard_\d+\.sequences$")
 
 
@@ -119,8 +119,8 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
         )
         checked.append("runs")
     if "params:generation" in datasets:
-        from hed.pipelines.generation.nodes import sampling_params_from
         from hed.recording import resolve_dtype
+        from hed.sections import sampling_params_from
 
         generation = catalog.load("params:generation") or {}
         if not isinstance(generation, dict):
@@ -130,7 +130,7 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
         checked.append("generation")
     if "params:aggregation" in datasets:
         from hed.lexicon import parse_lexicon
-        from hed.pipelines.aggregation.nodes import parameter_section
+        from hed.sections import parameter_section
         from hed.thresholds import validate_top_entropy_frac
 
         aggregation = parameter_section(catalog.load("params:aggregation"), "aggregation")
@@ -138,11 +138,7 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
         parse_lexicon(aggregation.get("lexicon"))
         checked.append("aggregation")
     if "params:reporting" in datasets:
-        from hed.pipelines.reporting.nodes import (
-            fig3_steps_param,
-            reporting_section,
-            top_n_words_param,
-        )
+        from hed.sections import fig3_steps_param, reporting_section, top_n_words_param
 
         reporting = reporting_section(catalog.load("params:reporting"))
         top_n_words_param(reporting)

@@ -1,4 +1,4 @@
-"""Exact decode-time token records with transformers ``generate`` (DESIGN.md §5.1).
+"""Exact decode-time token records with transformers ``generate`` (docs/datasets.md).
 
 At every decode step ``generate`` hands the float32 raw logits ``z`` (B, V) to its logits
 processors, in list order, then takes ``argmax`` of what the last one returns (HED runs it
@@ -69,7 +69,7 @@ from transformers import (
 )
 
 from hed.entropy import NonFiniteLogitsError, token_distribution_stats, token_logprobs
-from hed.errors import CheckpointError, ConfigError
+from hed.errors import CheckpointError, ConfigError, one_line
 from hed.token_text import token_texts_batch
 
 FINISH_EOS = "eos"
@@ -560,7 +560,7 @@ def load_model_and_tokenizer(model_dir: str | Path, dtype: str = "auto", device:
     except Exception as error:  # any loader failure becomes one line naming the folder
         raise CheckpointError(
             f"checkpoint {model_dir} cannot be loaded: its tokenizer fails "
-            f"({_one_line(error)}); copy the base model's tokenizer files (tokenizer.json, "
+            f"({one_line(error)}); copy the base model's tokenizer files (tokenizer.json, "
             "tokenizer_config.json) into it"
         ) from None
     try:
@@ -570,19 +570,13 @@ def load_model_and_tokenizer(model_dir: str | Path, dtype: str = "auto", device:
     except Exception as error:  # any loader failure becomes one line naming the folder
         raise CheckpointError(
             f"checkpoint {model_dir} cannot be loaded: its config or weights fail "
-            f"({_one_line(error)}); re-export or re-merge this checkpoint"
+            f"({one_line(error)}); re-export or re-merge this checkpoint"
         ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device)
     model.eval()
     return model, tokenizer
-
-
-def _one_line(error: BaseException, limit: int = 300) -> str:
-    """``error``'s message on one line (whitespace runs collapsed), at most ``limit`` characters."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def checkpoint_eos_token_ids(model, tokenizer) -> list[int]:

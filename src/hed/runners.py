@@ -61,7 +61,14 @@ from kedro.runner import AbstractRunner, ParallelRunner
 from kedro.runner.parallel_runner import ParallelRunnerManager
 from kedro.runner.task import Task
 
-from hed.errors import TRACEBACK_VARIABLE, ConfigError, hed_error_in, short_message
+from hed.errors import (
+    TRACEBACK_VARIABLE,
+    ConfigError,
+    NodeFailuresError,
+    hed_error_in,
+    one_line,
+    short_message,
+)
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -91,7 +98,7 @@ class Slot:
     cuda_visible_devices: str
 
 
-class FailedNodesError(RuntimeError):
+class FailedNodesError(NodeFailuresError):
     """Some nodes failed; the others ran. The message names each and how to resume.
 
     Attributes:
@@ -629,9 +636,8 @@ def _one_line(exc: BaseException) -> str:
     short = short_message(exc)
     if short is not None and "\n" not in short:
         return short
-    lines = str(exc).strip().splitlines()
-    line = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    return line if len(line) <= 300 else line[:297] + "..."
+    reason = one_line(exc, limit=None)
+    return one_line(f"{type(exc).__name__}: {reason}" if str(exc).strip() else reason)
 
 
 def _traceback_to_log(exc: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""Arrow schemas of HED's record tables (DESIGN.md §4.1, §4.2).
+"""Arrow schemas of HED's record tables (docs/datasets.md).
 
 Column names and types here are part of the user contract: notebooks and downstream
 scripts read them by name. Change them only together with ``docs/datasets.md``.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-#: One row per generated token of one shard (DESIGN.md §4.1). Units: ``entropy`` in nats,
+#: One row per generated token of one shard (docs/datasets.md). Units: ``entropy`` in nats,
 #: ``logprob`` natural log, ``prob``/``topk_probs`` probabilities, all of softmax(z / T).
 TOKEN_RECORD_SCHEMA = pa.schema(
     [
@@ -39,7 +39,7 @@ MERGED_EXTRA_FIELDS = [
 #: Merged records of one (run, step): the raw columns plus word, category, is_high_entropy.
 MERGED_TOKEN_RECORD_SCHEMA = pa.schema(list(TOKEN_RECORD_SCHEMA) + MERGED_EXTRA_FIELDS)
 
-#: One row per response (DESIGN.md §4.2).
+#: One row per response (docs/datasets.md).
 SEQUENCE_SCHEMA = pa.schema(
     [
         pa.field("run", pa.string()),
@@ -56,5 +56,26 @@ SEQUENCE_SCHEMA = pa.schema(
     ]
 )
 
-#: Key columns that identify a token record; the documented tie-break order (DESIGN.md §5.2).
+#: Key columns that identify a token record; the documented tie-break order (docs/aggregation.md).
 RECORD_KEY = ("prompt_index", "sample_index", "position")
+
+#: One row per high-entropy token of a step (``high_entropy_positions``): the merged record's
+#: key, token, word, category, entropy (nats), logprob, prob and top-k candidates.
+HIGH_ENTROPY_POSITION_SCHEMA = pa.schema(
+    [
+        pa.field("run", pa.string()),
+        pa.field("step", pa.int32()),
+        pa.field("prompt_index", pa.int32()),
+        pa.field("sample_index", pa.int16()),
+        pa.field("position", pa.int32()),
+        pa.field("token_id", pa.int32()),
+        pa.field("token_text", pa.string()),
+        pa.field("word", pa.string()),
+        pa.field("category", pa.string()),
+        pa.field("entropy", pa.float32()),
+        pa.field("logprob", pa.float32()),
+        pa.field("prob", pa.float32()),
+        pa.field("topk_token_ids", pa.list_(pa.int32())),
+        pa.field("topk_probs", pa.list_(pa.float32())),
+    ]
+)

@@ -6,8 +6,7 @@ from kedro.config import OmegaConfigLoader
 
 from hed.atomic_io import install_atomic_local_writes
 from hed.errors import install_short_tracebacks
-from hed.hooks import ProjectHooks
-from hed.provenance import ProvenanceHooks
+from hed.hooks import ProjectHooks, ProvenanceHooks
 
 # Every local file a dataset writes appears only when complete (temporary file + rename),
 # in the `kedro` process and in the runner's subprocesses, which import these settings too.
@@ -15,7 +14,7 @@ install_atomic_local_writes()
 # `kedro run` shows HED's one-line errors without Python's traceback (HED_TRACEBACK=1 for it).
 install_short_tracebacks()
 
-# HED's namespaces (`<run>`, `<run>.step_<step>`) name datasets and nodes (DESIGN.md §4); they
+# HED's namespaces (`<run>`, `<run>.step_<step>`) name datasets and nodes (docs/datasets.md); they
 # are not kedro-viz groups. That the all-steps nodes sit between one run's nodes ("namespace
 # ... is interrupted") and that dataset names hold dots is the design: no warning on every run.
 warnings.filterwarnings("ignore", message=r"Namespace '.*' is interrupted by nodes")

@@ -1,6 +1,6 @@
 """The top-ρ entropy threshold of one (run, step) and the marking of its high-entropy tokens.
 
-Definitions (DESIGN.md §5.2, docs/aggregation.md):
+Definitions (docs/aggregation.md):
 
 * N = number of non-special token records of the step, over all shards.
 * The high-entropy set is exactly the ``n_high = ⌈ρ·N⌉`` tokens with the largest entropy. ρ·N

@@ -1,4 +1,4 @@
-"""The exact text each generated token adds to its response (DESIGN.md §5.3).
+"""The exact text each generated token adds to its response (docs/aggregation.md).
 
 Contract: for a response's ids, ``"".join(token_texts(tokenizer, ids)) ==
 tokenizer.decode(ids, **DECODE_KWARGS)``, where :data:`DECODE_KWARGS` keeps special tokens

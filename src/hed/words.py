@@ -1,4 +1,4 @@
-"""The word each token belongs to (DESIGN.md §5.3), computed for whole chunks of records at once.
+"""The word each token belongs to (docs/aggregation.md), computed for whole chunks of records.
 
 Rule (docs/aggregation.md):
 

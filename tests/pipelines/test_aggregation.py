@@ -23,9 +23,15 @@ from kedro.runner import SequentialRunner
 from hed.datasets import write_parquet_atomically
 from hed.errors import ConfigError, HEDError, InputDataError
 from hed.layout import RunSpec, StudyLayout
+from hed.lexicon import parse_lexicon
 from hed.pipelines.aggregation import create_pipeline
 from hed.pipelines.aggregation import nodes as agg
-from hed.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+from hed.schema import (
+    HIGH_ENTROPY_POSITION_SCHEMA,
+    MERGED_TOKEN_RECORD_SCHEMA,
+    SEQUENCE_SCHEMA,
+    TOKEN_RECORD_SCHEMA,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 LEXICON = {
@@ -33,6 +39,7 @@ LEXICON = {
     "reasoning": ["so", "let", "alternatively", "wait"],
 }
 AGGREGATION = {"top_entropy_frac": 0.2, "chunk_records": 7, "lexicon": LEXICON}
+PARSED = parse_lexicon(LEXICON)
 
 # Responses of a small step: (prompt_index, sample_index) -> [(token_text, entropy), ...].
 # The last token of each response is the special "<|im_end|>".
@@ -505,15 +512,6 @@ def test_parameters_that_do_not_shape_the_records_are_not_compared(tmp_path):
     pd.testing.assert_frame_equal(report, unchanged[1])
 
 
-def test_shard_folder_of_versioned_and_plain_files():
-    root = "/d/data/02_intermediate/token_records/r/step_5"
-    versioned = (
-        f"{root}/shard_1.sequences.parquet/2026-01-02T03.04.05.678Z/shard_1.sequences.parquet"
-    )
-    assert agg._shard_folder(versioned) == root
-    assert agg._shard_folder(f"{root}/shard_0.parquet") == root
-
-
 # --------------------------------------------------------------------------- merge and tables
 
 
@@ -521,7 +519,8 @@ def merged_step(tmp_path, responses=RESPONSES, aggregation=AGGREGATION):
     records, sequences = write_shards(tmp_path, shard_tables(responses, 2))
     checked, report = run_checks(records, sequences)
     selection = agg.compute_entropy_threshold(report, aggregation, *records, run="r", step=0)
-    merged = agg.merge_token_records(checked, selection, aggregation, *records)
+    lexicon = agg.read_lexicon(report, aggregation)
+    merged = agg.merge_token_records(checked, selection, lexicon, aggregation, *records)
     write_parquet_atomically(
         tmp_path / "merged.parquet", merged.token_records, schema=MERGED_TOKEN_RECORD_SCHEMA
     )
@@ -569,15 +568,15 @@ def test_merged_records_are_ordered_and_marked(tmp_path):
 def test_tables_and_shares(tmp_path):
     selection, merged, sequences, words = merged_step(tmp_path)
     positions = ds.dataset(str(tmp_path / "high.parquet"))
-    assert positions.schema.remove_metadata() == agg.HIGH_ENTROPY_POSITION_SCHEMA
+    assert positions.schema.remove_metadata() == HIGH_ENTROPY_POSITION_SCHEMA
     # the positions are exactly the merged rows marked high-entropy
     marked = merged.to_table(filter=ds.field("is_high_entropy")).select(
-        agg.HIGH_ENTROPY_POSITION_SCHEMA.names
+        HIGH_ENTROPY_POSITION_SCHEMA.names
     )
-    assert positions.to_table().equals(marked.cast(agg.HIGH_ENTROPY_POSITION_SCHEMA))
+    assert positions.to_table().equals(marked.cast(HIGH_ENTROPY_POSITION_SCHEMA))
     assert positions.count_rows() == selection.n_high_entropy
-    word_table = agg.tabulate_token_probability_mass(selection, positions, words, AGGREGATION)
-    category_table = agg.tabulate_category_probability_mass(word_table, selection, AGGREGATION)
+    word_table = agg.tabulate_token_probability_mass(selection, positions, words, PARSED)
+    category_table = agg.tabulate_category_probability_mass(word_table, selection, PARSED)
     for table in (word_table, category_table):
         for share in ("count_share", "sampled_prob_share", "topk_mass_share"):
             assert abs(table[share].sum() - 1) < 1e-6
@@ -593,7 +592,7 @@ def test_tables_and_shares(tmp_path):
     sequences_path = tmp_path / "seq.parquet"
     write_parquet_atomically(sequences_path, sequences, schema=SEQUENCE_SCHEMA)
     thresholds = agg.tabulate_entropy_threshold(selection)
-    summary = agg.summarise_step(thresholds, ds.dataset(str(sequences_path)), merged, AGGREGATION)
+    summary = agg.summarise_step(thresholds, ds.dataset(str(sequences_path)), merged, PARSED)
     row = summary.iloc[0]
     assert row.n_high_entropy == 5
     # the category counts are those of the merged file's marked rows, i.e. of the positions
@@ -608,7 +607,7 @@ def test_tables_and_shares(tmp_path):
     # a threshold row of another aggregation does not match the merged file: refused
     other = thresholds.assign(n_high_entropy=6)
     with pytest.raises(InputDataError) as exc:
-        agg.summarise_step(other, ds.dataset(str(sequences_path)), merged, AGGREGATION)
+        agg.summarise_step(other, ds.dataset(str(sequences_path)), merged, PARSED)
     assert "marks 5 high-entropy tokens" in one_line(exc) and "says 6" in one_line(exc)
 
 
@@ -741,7 +740,7 @@ def test_merge_stream_failure_leaves_no_file(tmp_path):
         {k: v for k, v in RESPONSES.items() if k != (1, 0)} | {(1, 0): [(" x", 9.0)] * 4}, 2
     )
     changed, _ = write_shards(tmp_path, tables)
-    merged = agg.merge_token_records(checked, selection, AGGREGATION, *changed)
+    merged = agg.merge_token_records(checked, selection, PARSED, AGGREGATION, *changed)
     target = tmp_path / "merged.parquet"
     with pytest.raises(InputDataError, match="changed during aggregation"):
         write_parquet_atomically(target, merged.token_records, schema=MERGED_TOKEN_RECORD_SCHEMA)

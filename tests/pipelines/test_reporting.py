@@ -1,5 +1,5 @@
 """Reporting pipeline: Figure 2/3 tables against independent counts, PNGs, strict mode,
-resolved_config and its provenance hooks.
+resolved_config (with the provenance hooks of ``tests/test_hooks.py``).
 
 Inputs are hand-made: merged-record-like token rows (run, step, word, category, prob,
 is_high_entropy, topk words/probs) from which the test derives ``summary_by_step`` and
@@ -27,6 +27,7 @@ from kedro.runner import SequentialRunner
 from hed import provenance
 from hed.errors import ConfigError
 from hed.figures import figure3_size, figure_size
+from hed.hooks import ProvenanceHooks
 from hed.pipelines.reporting import create_pipeline
 from hed.pipelines.reporting.nodes import (
     FIGURE2_COLUMNS,
@@ -317,7 +318,7 @@ def run_pipeline(
     pipeline: Pipeline, catalog: DataCatalog, *, env: str | None, run_id: str, project: Path
 ) -> None:
     """Run ``pipeline`` the way a session does: before_pipeline_run, then the runner with hooks."""
-    hooks = provenance.ProvenanceHooks()
+    hooks = ProvenanceHooks()
     manager = _create_hook_manager()
     manager.register(hooks)
     run_params = {
@@ -741,75 +742,3 @@ def test_base_and_qae_repro_reporting_parameters():
     assert qae["reporting"]["fig3"]["steps"] == [20, 80, 200]
     assert base["reporting"]["top_n_words"] == qae["reporting"]["top_n_words"] == 20
     assert base["publish"] == {"env_name": None}
-
-
-# ------------------------------------------------------------------ provenance helpers
-
-
-def test_hooks_leave_pipelines_without_run_context_alone(tmp_path):
-    catalog = DataCatalog()
-    hooks = provenance.ProvenanceHooks()
-    hooks.before_pipeline_run(run_params={"env": None}, pipeline=Pipeline([]), catalog=catalog)
-    assert provenance.RUN_CONTEXT not in catalog
-    node = create_pipeline(params={"runs": RUNS}).nodes[0]  # a node without run_context
-    assert hooks.before_node_run(node=node, catalog=catalog, inputs={}) is None
-
-
-def test_describe_dataset_versions_and_missing_versions(tmp_path):
-    catalog = DataCatalog.from_config(
-        {
-            "plain": {"type": "pandas.CSVDataset", "filepath": str(tmp_path / "plain.csv")},
-            "versioned": {
-                "type": "pandas.CSVDataset",
-                "filepath": str(tmp_path / "v.csv"),
-                "versioned": True,
-            },
-        },
-        save_version="2025-03-01T00.00.00.000Z",
-    )
-    plain = provenance.describe_dataset(catalog, "plain")
-    assert plain["version"] is None and plain["path"] == str(tmp_path / "plain.csv")
-    before = provenance.describe_dataset(catalog, "versioned")
-    assert before["path"] is None and "error" in before  # nothing saved yet
-    planned = provenance.describe_dataset(catalog, "versioned", "save")
-    assert planned["path"] == str(tmp_path / "v.csv" / "2025-03-01T00.00.00.000Z" / "v.csv")
-    assert provenance.describe_dataset(catalog, "absent")["type"] is None
-
-
-def test_git_state_without_git_is_none(monkeypatch, tmp_path):
-    monkeypatch.undo()  # drop the autouse stub, then take git away
-    monkeypatch.setattr(provenance.shutil, "which", lambda name: None)
-    assert provenance.git_state(tmp_path) == {"commit": None, "dirty": None}
-
-
-def test_package_versions_reads_installed_metadata():
-    versions = provenance.package_versions(("kedro", "no-such-package-hed"))
-    assert versions["kedro"] and versions["no-such-package-hed"] is None
-
-
-def test_resolved_config_names_the_runner_class_not_its_repr():
-    from hed.provenance import _runner_name
-
-    repr_ = "<hed.runners.GPURunner object at 0x7f3a2c1b9d50>"
-    assert _runner_name(repr_) == "hed.runners.GPURunner"
-    assert _runner_name("SequentialRunner") == "SequentialRunner"
-    assert _runner_name(None) is None
-
-
-def test_the_end_of_a_run_names_the_files_written(tmp_path, caplog):
-    from kedro.io import DataCatalog
-    from kedro.io.core import Version
-    from kedro.pipeline import Node, Pipeline
-    from kedro_datasets.pandas import CSVDataset
-
-    from hed.provenance import ProvenanceHooks
-
-    path = tmp_path / "figure3_high_entropy_token_probability.csv"
-    table = CSVDataset(filepath=str(path), version=Version(None, None))
-    table.save(pd.DataFrame({"word": ["wait"]}))
-    catalog = DataCatalog({"figure3_table": table})
-    pipeline = Pipeline([Node(lambda: None, None, "figure3_table", name="draw")])
-    with caplog.at_level("INFO", logger="hed.provenance"):
-        ProvenanceHooks().after_pipeline_run(run_params={}, pipeline=pipeline, catalog=catalog)
-    [version] = [p.name for p in path.iterdir()]
-    assert f"Wrote {path / version / path.name}" in caplog.text

@@ -8,12 +8,11 @@ files are inputs); this subclass adds ``save`` for the files the ``mini_rl`` pip
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
+from hed.atomic_io import atomic_path
 from hed.datasets import PromptFileDataset
 from hed.errors import InputDataError
 from hed.mini_rl.tasks import TASK_COLUMNS
@@ -42,14 +41,5 @@ class TaskSetDataset(PromptFileDataset):
         return super().load()
 
     def save(self, data: pd.DataFrame) -> None:  # type: ignore[override]
-        path = Path(self._filepath)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        os.close(fd)
-        try:
-            data[TASK_COLUMNS].to_json(tmp, orient="records", lines=True, force_ascii=False)
-            os.chmod(tmp, 0o644)  # mkstemp creates 0600
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_path(self._filepath, mode=0o644) as temp:
+            data[TASK_COLUMNS].to_json(temp, orient="records", lines=True, force_ascii=False)

@@ -16,10 +16,10 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from hed.atomic_io import atomic_path
 from hed.checkpoints import discover_steps, model_dir_for_step
 from hed.errors import CheckpointError, ConfigError, InputDataError
 from hed.mini_rl.config import TrainingSpec
@@ -53,16 +53,8 @@ def read_manifest(checkpoint_root: str | os.PathLike) -> dict[str, Any] | None:
 def write_manifest(checkpoint_root: str | os.PathLike, manifest: dict[str, Any]) -> Path:
     """Write the run manifest atomically (temporary file, then rename)."""
     path = manifest_path(checkpoint_root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{RUN_MANIFEST}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(manifest, handle, indent=2, sort_keys=True)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path, mode=0o644) as temp:
+        temp.write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
     return path
 
 

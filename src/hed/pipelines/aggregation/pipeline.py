@@ -12,6 +12,7 @@ node                                      outputs (``<run>.step_<step>.`` prefix
 ``check_token_records``                   ``shard_report`` (memory)
 ``compute_entropy_threshold``             ``entropy_selection`` (memory)
 ``tabulate_entropy_threshold``            ``entropy_thresholds``
+``read_lexicon``                          ``lexicon`` (memory)
 ``map_candidate_words``                   ``candidate_words`` (memory)
 ``merge_token_records``                   ``token_records``, ``high_entropy_rows`` (memory),
                                           ``sequences``
@@ -30,13 +31,12 @@ Then ``combine_entropy_thresholds``, ``combine_high_entropy_positions``,
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-from functools import partial, update_wrapper
 from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
 from hed.layout import StudyLayout, active_layout
+from hed.pipelines.binding import bound
 
 from .nodes import (
     check_sequences,
@@ -46,6 +46,7 @@ from .nodes import (
     compute_entropy_threshold,
     map_candidate_words,
     merge_token_records,
+    read_lexicon,
     select_high_entropy_positions,
     summarise_step,
     tabulate_category_probability_mass,
@@ -67,11 +68,6 @@ def step_namespace(run: str, step: int) -> str:
     return f"{run}.step_{step}"
 
 
-def _bound(func: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
-    """``func`` with keyword arguments bound, keeping its name for Kedro and kedro-viz."""
-    return update_wrapper(partial(func, **kwargs), func)
-
-
 def step_pipeline(run: str, step: int, num_shards: int) -> Pipeline:
     """The nodes of one (run, step), in the namespace ``<run>.step_<step>``."""
     ns = step_namespace(run, step)
@@ -84,39 +80,41 @@ def step_pipeline(run: str, step: int, num_shards: int) -> Pipeline:
         f"{ns}.shard_report",
         f"{ns}.entropy_selection",
     )
+    lexicon = f"{ns}.lexicon"
     positions, word_mass = (
         f"{ns}.high_entropy_positions",
         f"{ns}.token_probability_mass_high_entropy",
     )
     specs = [
-        (_bound(check_sequences, run=run, step=step), [*current, *sequences], checked),
-        (_bound(check_token_records, run=run, step=step), [checked, *current, *records], report),
+        (bound(check_sequences, run=run, step=step), [*current, *sequences], checked),
+        (bound(check_token_records, run=run, step=step), [checked, *current, *records], report),
         (
-            _bound(compute_entropy_threshold, run=run, step=step),
+            bound(compute_entropy_threshold, run=run, step=step),
             [report, aggregation, *records],
             selection,
         ),
         (tabulate_entropy_threshold, selection, f"{ns}.entropy_thresholds"),
+        (read_lexicon, [report, aggregation], lexicon),
         (map_candidate_words, [report, *records], f"{ns}.candidate_words"),
         (
             merge_token_records,
-            [checked, selection, aggregation, *records],
+            [checked, selection, lexicon, aggregation, *records],
             [f"{ns}.token_records", f"{ns}.high_entropy_rows", f"{ns}.sequences"],
         ),
         (select_high_entropy_positions, f"{ns}.high_entropy_rows", positions),
         (
             tabulate_token_probability_mass,
-            [selection, positions, f"{ns}.candidate_words", aggregation],
+            [selection, positions, f"{ns}.candidate_words", lexicon],
             word_mass,
         ),
         (
             tabulate_category_probability_mass,
-            [word_mass, selection, aggregation],
+            [word_mass, selection, lexicon],
             f"{ns}.category_probability_mass_high_entropy",
         ),
         (
             summarise_step,
-            [f"{ns}.entropy_thresholds", f"{ns}.sequences", f"{ns}.token_records", aggregation],
+            [f"{ns}.entropy_thresholds", f"{ns}.sequences", f"{ns}.token_records", lexicon],
             f"{ns}.summary_by_step",
         ),
     ]
@@ -145,7 +143,7 @@ def create_pipeline(layout: StudyLayout | None = None, **kwargs: Any) -> Pipelin
     steps = [step_pipeline(run.name, step, layout.num_shards) for run, step in layout.run_steps()]
     with warnings.catch_warnings():
         # the all-steps nodes read `<run>.step_<step>.<table>`: dotted names are the user
-        # contract (DESIGN.md §4), not an accident Kedro should warn about
+        # contract (docs/datasets.md), not an accident Kedro should warn about
         warnings.filterwarnings("ignore", message="One or more dataset names contain '.'")
         combine = [
             Node(

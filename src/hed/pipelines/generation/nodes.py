@@ -19,6 +19,7 @@ from hed.grading import grade_response, normalise_reference, reference_parses
 from hed.layout import layout_from_params
 from hed.prompts import PROMPT_COLUMNS, pick_prompt_column, prompt_id, render_prompt, sample_rows
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+from hed.sections import sampling_params_from
 from hed.shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
 
 logger = logging.getLogger(__name__)
@@ -259,33 +260,6 @@ def generate_shard(
         "token_records": records.replace_schema_metadata(metadata),
         "sequences": seqs.replace_schema_metadata(metadata),
     }
-
-
-def sampling_params_from(params: dict[str, Any]):
-    """Build :class:`hed.recording.SamplingParams` from ``params:generation``, validated.
-
-    Raises:
-        ConfigError: a missing or out-of-range value (temperature ≤ 0, top_p outside (0, 1],
-            top_k < 1, max_new_tokens, batch_size, top_prob_k or samples_per_prompt < 1).
-    """
-    from hed.recording import SamplingParams
-
-    samples = params.get("samples_per_prompt")
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise ConfigError(
-            f"generation.samples_per_prompt must be a positive integer, got {samples!r}"
-        )
-    # values go to SamplingParams unconverted: it checks types and ranges and names the field
-    # (float("hot") or int(None) here would raise a message that names nothing)
-    return SamplingParams(
-        temperature=params.get("temperature", 1.0),
-        top_p=params.get("top_p", 1.0),
-        top_k=params.get("top_k"),
-        max_new_tokens=params.get("max_new_tokens"),
-        top_prob_k=params.get("top_prob_k", 5),
-        seed=params.get("seed", 0),
-        batch_size=params.get("batch_size", 8),
-    )
 
 
 def records_table(

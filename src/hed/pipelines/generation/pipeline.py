@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from functools import partial, update_wrapper
 from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
 from hed.layout import StudyLayout, active_layout, training_inputs
+from hed.pipelines.binding import bound
 
 from .nodes import build_prompt_set, generate_shard, resolve_checkpoints
 
@@ -36,9 +36,7 @@ def create_pipeline(
     extra_inputs = training_inputs(params)
     shard_nodes = [
         Node(
-            func=update_wrapper(
-                partial(generate_shard, run=run.name, step=step, shard=shard), generate_shard
-            ),
+            func=bound(generate_shard, run=run.name, step=step, shard=shard),
             inputs={
                 "prompts": "prompts",
                 "checkpoints": "checkpoints",

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from functools import partial, update_wrapper
 from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
 from hed.layout import StudyLayout, active_layout, active_params, training_inputs
 from hed.pass1_sources import RunPass1Config, parse_run_config
+from hed.pipelines.binding import bound
 
 from .nodes import (
     collect_run_pass1,
@@ -20,10 +20,6 @@ from .nodes import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-def _bind(func, **kwargs):
-    return update_wrapper(partial(func, **kwargs), func)
 
 
 def _run_nodes(
@@ -37,7 +33,7 @@ def _run_nodes(
     if config.wandb_source is not None:
         nodes.append(
             Node(
-                func=_bind(fetch_wandb_history, run=run),
+                func=bound(fetch_wandb_history, run=run),
                 inputs={"metrics_params": "params:metrics", **extra_inputs},
                 outputs=f"{run}.metrics_export",
                 name="fetch_wandb_history",
@@ -49,7 +45,7 @@ def _run_nodes(
     if config.source("csv") is not None:
         nodes.append(
             Node(
-                func=_bind(read_csv_pass1, run=run),
+                func=bound(read_csv_pass1, run=run),
                 inputs={"metrics_params": "params:metrics"},
                 outputs=f"{run}.csv_pass1",
                 name="read_csv_pass1",
@@ -62,7 +58,7 @@ def _run_nodes(
         collect_inputs["summary_by_step"] = "summary_by_step"
     nodes.append(
         Node(
-            func=_bind(collect_run_pass1, run=run, checkpoint_steps=steps),
+            func=bound(collect_run_pass1, run=run, checkpoint_steps=steps),
             inputs=collect_inputs,
             outputs=f"{run}.pass1_by_source",
             name="collect_run_pass1",
@@ -118,7 +114,7 @@ def create_pipeline(
                 tags=["metrics"],
             ),
             Node(
-                func=_bind(select_pass1_for_figures, checkpoint_steps=checkpoint_steps),
+                func=bound(select_pass1_for_figures, checkpoint_steps=checkpoint_steps),
                 inputs={"pass1": "pass1", "metrics_params": "params:metrics"},
                 outputs="pass1_for_figures",
                 name="select_pass1_for_figures",

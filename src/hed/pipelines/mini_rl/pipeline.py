@@ -6,13 +6,13 @@ the pipeline is empty.
 
 from __future__ import annotations
 
-from functools import partial, update_wrapper
 from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
 from hed.errors import ConfigError
 from hed.layout import TRAINING_MANIFEST, active_params, training_inputs  # noqa: F401 - re-exported
+from hed.pipelines.binding import bound
 
 from .nodes import collect_training_manifests, generate_task_sets, train_policy
 
@@ -48,7 +48,7 @@ def create_pipeline(params: dict[str, Any] | None = None, **kwargs) -> Pipeline:
             inputs["previous_run"] = f"{run_names[index - 1]}.training_manifest"
         train_nodes.append(
             Node(
-                func=update_wrapper(partial(train_policy, run=run), train_policy),
+                func=bound(train_policy, run=run),
                 inputs=inputs,
                 outputs=f"{run}.training_manifest",
                 name="train_policy",

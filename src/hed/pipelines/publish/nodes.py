@@ -6,7 +6,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hed.errors import ConfigError
-from hed.provenance import check_env_name, environment_label, rerun_reporting
+from hed.publishing import check_env_name, environment_label, rerun_reporting
 
 
 def plan_publication(
@@ -21,11 +21,11 @@ def plan_publication(
 
     Args:
         resolved_config: the latest ``resolved_config`` (its ``artifacts``: name → path, version).
-        run_context: from :class:`hed.provenance.ProvenanceHooks` (``env`` of this run).
+        run_context: from :class:`hed.hooks.ProvenanceHooks` (``env`` of this run).
         publish: ``params:publish`` (``env_name``: folder name override, default null).
 
     Returns:
-        The plan :class:`hed.provenance.PublishedArtifactsDataset` saves (``final_artifacts``).
+        The plan :class:`hed.datasets.PublishedArtifactsDataset` saves (``final_artifacts``).
 
     Raises:
         ConfigError: the latest ``resolved_config`` comes from another environment, or does not
@@ -45,7 +45,7 @@ def plan_publication(
     if not artifacts or unnamed:
         raise ConfigError(
             f"resolved_config of run {run_id} does not name the file of "
-            f"{', '.join(unnamed) or 'any output'}: register hed.provenance.ProvenanceHooks "
+            f"{', '.join(unnamed) or 'any output'}: register hed.hooks.ProvenanceHooks "
             f"in settings.py and run {rerun}"
         )
     files = {

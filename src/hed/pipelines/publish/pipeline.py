@@ -13,7 +13,7 @@ def create_pipeline(**kwargs) -> Pipeline:
     """Build the publish pipeline (one node; run it on its own: ``kedro run --pipelines publish``).
 
     ``publish_artifacts``: ``resolved_config`` + ``run_context`` + ``params:publish`` →
-    ``final_artifacts`` (:class:`hed.provenance.PublishedArtifactsDataset`).
+    ``final_artifacts`` (:class:`hed.datasets.PublishedArtifactsDataset`).
     """
     return Pipeline(
         [

@@ -1,6 +1,6 @@
 """Nodes of the reporting pipeline: Figure 2 and Figure 3 (tables, PNGs) and ``resolved_config``.
 
-DESIGN.md §6 defines both figures; docs/figures.md explains them and docs/reporting.md lists
+docs/figures.md defines and explains both figures and docs/reporting.md lists
 the parameters. :func:`plan_figures` checks the inputs once and decides what the figures show
 (panels, Figure 3 steps, omissions); in strict mode it fails with one message naming
 everything missing, before any table or figure is written.
@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from hed import figures
 from hed.errors import ConfigError
+from hed.sections import fig3_steps_param, reporting_section, top_n_words_param
 
 logger = logging.getLogger(__name__)
 
@@ -51,15 +52,12 @@ SINGLE = "single_run_diagnostic"
 ROLE_ORDER = ("without_clip", "with_clip", "single")
 #: Tie-break of the Figure 3 ranking: share ↓, then count ↓, then word ↑ (alphabetical).
 RANK_ORDER = (("sampled_prob_share", False), ("count", False), ("word", True))
-DEFAULT_TOP_N = 20
-
-
 # ------------------------------------------------------------------ configuration helpers
 
 
 def figure2_kind(runs: Mapping[str, Any]) -> str:
     """``paper_reproduction`` when ``runs`` has a with_clip and a without_clip run, else
-    ``single_run_diagnostic`` (DESIGN.md §6)."""
+    ``single_run_diagnostic`` (docs/figures.md)."""
     roles = {str((cfg or {}).get("role", "single")) for cfg in runs.values()}
     return PAPER if {"with_clip", "without_clip"} <= roles else SINGLE
 
@@ -83,70 +81,6 @@ def _configured_steps(cfg: Mapping[str, Any] | None) -> list[int]:
     return sorted(int(s) for s in steps) if isinstance(steps, list | tuple) else []
 
 
-def reporting_section(reporting: Any) -> dict[str, Any]:
-    """Check the shape of ``params:reporting`` before any value is read.
-
-    Args:
-        reporting: ``params:reporting``; ``None`` (an empty YAML section) means every default.
-
-    Returns:
-        The section as a dict (empty when ``None``).
-
-    Raises:
-        ConfigError: the section, ``fig3``, ``figure2`` or ``figure3`` is not a mapping, or
-            ``strict`` is not ``true``/``false`` (a quoted ``"false"`` would otherwise count
-            as true).
-    """
-    if reporting is None:
-        return {}
-    if not isinstance(reporting, Mapping):
-        raise ConfigError(
-            f"parameter `reporting` must be a mapping (parameters_reporting.yml), got {reporting!r}"
-        )
-    for key in ("fig3", "figure2", "figure3"):
-        value = reporting.get(key)
-        if value is not None and not isinstance(value, Mapping):
-            raise ConfigError(
-                f"reporting.{key} must be a mapping (e.g. `{key}: {{...}}`), got {value!r}"
-            )
-    strict = reporting.get("strict", False)
-    if not isinstance(strict, bool):
-        raise ConfigError(f"reporting.strict must be true or false (unquoted), got {strict!r}")
-    return dict(reporting)
-
-
-def fig3_steps_param(reporting: Mapping[str, Any]) -> list[int] | None:
-    """``reporting.fig3.steps`` as a list of steps, or None when unset or empty.
-
-    Raises:
-        ConfigError: not a list of non-negative integers.
-    """
-    steps = (reporting.get("fig3") or {}).get("steps")
-    if steps is None or (isinstance(steps, list | tuple) and not steps):
-        return None
-    if isinstance(steps, int) and not isinstance(steps, bool):
-        steps = [steps]
-    if not isinstance(steps, list | tuple) or any(
-        isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in steps
-    ):
-        raise ConfigError(
-            f"reporting.fig3.steps must be a list of non-negative integer steps, got {steps!r}"
-        )
-    return sorted(set(steps))
-
-
-def top_n_words_param(reporting: Mapping[str, Any]) -> int:
-    """``reporting.top_n_words`` (default 20): words per Figure 3 panel.
-
-    Raises:
-        ConfigError: not a positive integer.
-    """
-    top_n = reporting.get("top_n_words", DEFAULT_TOP_N)
-    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
-        raise ConfigError(f"reporting.top_n_words must be a positive integer, got {top_n!r}")
-    return top_n
-
-
 def fallback_fig3_steps(steps: Sequence[int]) -> list[int]:
     """Figure 3 steps when ``reporting.fig3.steps`` is unset: first, middle and last of
     ``steps`` (all of them when there are three or fewer)."""
@@ -158,7 +92,7 @@ def fallback_fig3_steps(steps: Sequence[int]) -> list[int]:
 
 def sampled_words(mass: pd.DataFrame) -> pd.DataFrame:
     """Rows of ``token_probability_mass_high_entropy`` that Figure 3 can show: a non-empty word
-    (DESIGN.md §5.3) sampled at least once at a high-entropy position (``count`` > 0; the
+    (docs/aggregation.md) sampled at least once at a high-entropy position (``count`` > 0; the
     table also lists words seen only among the top-k alternatives, with count 0)."""
     words = mass["word"].astype("string")
     count = pd.to_numeric(mass["count"], errors="coerce").fillna(0)
@@ -363,7 +297,7 @@ def build_figure3_table(
 
     The measure is ``sampled_prob_share`` of ``token_probability_mass_high_entropy``: for word
     w, Σ prob over the step's high-entropy tokens with word w ÷ Σ prob over all its
-    high-entropy tokens with a non-empty word (DESIGN.md §6). ``count_share`` and
+    high-entropy tokens with a non-empty word (docs/figures.md). ``count_share`` and
     ``topk_mass_share`` are carried along as diagnostics.
 
     Args:
@@ -436,7 +370,7 @@ def build_resolved_config(
         summary_by_step, token_probability_mass_high_entropy, pass1_for_figures: the figures'
             inputs; their rows and (run, steps) coverage are recorded.
         parameters: every parameter of the environment (Kedro's ``parameters``).
-        run_context: what :class:`hed.provenance.ProvenanceHooks` recorded: env, run_id,
+        run_context: what :class:`hed.hooks.ProvenanceHooks` recorded: env, run_id,
             project_path, git commit, package versions, the resolved path and load version of
             each input of this node, the save path of each output of the run.
         artifacts: names of the reporting outputs (bound when the pipeline is built).

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from functools import partial, update_wrapper
 from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
 from hed.layout import active_params
+from hed.pipelines.binding import bound
 from hed.provenance import RUN_CONTEXT
 
 from .nodes import (
@@ -35,7 +35,7 @@ def create_pipeline(params: dict[str, Any] | None = None, **kwargs) -> Pipeline:
     Nodes (tagged ``reporting``): ``plan_figures`` → ``figure_plan`` (memory);
     ``build_figure2_table``; ``build_figure3_table`` → ``figure3_table``; ``plot_figure2`` →
     ``figure2_png``; ``plot_figure3`` → ``figure3_png``; ``build_resolved_config`` →
-    ``resolved_config`` (takes ``run_context``, filled by ``hed.provenance.ProvenanceHooks``).
+    ``resolved_config`` (takes ``run_context``, filled by ``hed.hooks.ProvenanceHooks``).
 
     Args:
         params: parameters holding ``runs`` (roles only are read; no checkpoint is touched).
@@ -87,10 +87,7 @@ def create_pipeline(params: dict[str, Any] | None = None, **kwargs) -> Pipeline:
                 tags=tags,
             ),
             Node(
-                func=update_wrapper(
-                    partial(build_resolved_config, artifacts=(figure2, *FIXED_OUTPUTS)),
-                    build_resolved_config,
-                ),
+                func=bound(build_resolved_config, artifacts=(figure2, *FIXED_OUTPUTS)),
                 inputs={
                     "figure_plan": "figure_plan",
                     "checkpoints": "checkpoints",

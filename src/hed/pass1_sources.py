@@ -17,8 +17,8 @@ Both W&B sources apply the same rules to the history rows: only rows that carry 
 key count (no forward fill, NaN values dropped); the step is the value of the step key in
 *the same row* (default ``training/global_step``), or W&B's own ``_step`` when no metric row
 has the step key (said in the log), or for a single row without it when ``_step`` equals the
-step key wherever both are logged (verl's step-0 validation). A step logged twice (a resumed run re-logging steps after
-its last checkpoint) keeps the value logged last, with a warning.
+step key wherever both are logged (verl's step-0 validation). A step logged twice (a resumed
+run re-logging steps after its last checkpoint) keeps the value logged last, with a warning.
 
 Tables:
 

@@ -57,7 +57,13 @@ FIGURE2_MEASURES = {
     "per_1k_tokens": "anthropomorphic high-entropy\ntokens per 1k tokens",
 }
 #: How a Figure 2 step at zero and a step without data are drawn.
-ZERO_MARKER = {"marker": "o", "markersize": 3.5, "markerfacecolor": "white", "linestyle": "none"}
+ZERO_MARKER = {
+    "marker": "o",
+    "markersize": 4.5,
+    "markeredgewidth": 1.2,
+    "markerfacecolor": "white",
+    "linestyle": "none",
+}
 NO_DATA_STYLE = {"facecolor": "none", "edgecolor": "#9E9E9E", "hatch": "////", "linewidth": 0.0}
 
 #: Text sizes (points) for a panel of about 3.5 × 2.8 in, i.e. two panels across a page.

@@ -1,0 +1,187 @@
+"""Dynamics pipeline: per-step tables equal an independent numpy computation; skipped steps.
+
+Hand-made merged steps (``tests/dynamics_reference.py``) stand in for the aggregation
+pipeline's output; the pipeline runs with ``SequentialRunner`` on the project's catalog
+entries, every path under ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from kedro.config import OmegaConfigLoader
+from kedro.io import DataCatalog, MemoryDataset
+from kedro.runner import SequentialRunner
+from PIL import Image
+
+from hed.errors import ConfigError, InputDataError
+from hed.layout import RunSpec, StudyLayout
+from hed.pipelines.dynamics import create_pipeline
+from hed.pipelines.dynamics import nodes as dyn
+
+from ..dynamics_reference import (
+    CATEGORIES,
+    LEXICON,
+    RESPONSES,
+    random_step,
+    reference_correctness,
+    reference_covariance,
+    thresholds_row,
+    write_step,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+DYNAMICS = {
+    "estimators": ["grpo", "dr_grpo"],
+    "kl_cov_ratio": 0.1,
+    "clip_cov_band": [0.05, 0.9],
+    "batch_records": 5,
+    "figures": {"panel_size": [3.0, 2.0], "dpi": 50},
+}
+AGGREGATION = {"lexicon": LEXICON}
+RUNS = {"r": {"role": "single", "checkpoint_root": "unused", "steps": [0, 5, 10]}}
+UNGRADED = [(p, s, None) for p, s, _ in RESPONSES]
+
+
+def tmp_catalog(tmp_path: Path) -> DataCatalog:
+    config = OmegaConfigLoader(str(REPO / "conf"), base_env="base", default_run_env="local")[
+        "catalog"
+    ]
+    for entry in config.values():
+        if isinstance(entry, dict) and "filepath" in entry:
+            entry["filepath"] = str(tmp_path / entry["filepath"])
+    return DataCatalog.from_config(config)
+
+
+def steps() -> dict[int, tuple[pd.DataFrame, pd.DataFrame]]:
+    """Step 0 and 10 graded (different seeds), step 5 without any reference answer."""
+    return {
+        0: random_step(RESPONSES, seed=0, step=0),
+        5: random_step(UNGRADED, seed=1, step=5),
+        10: random_step(RESPONSES, seed=2, step=10),
+    }
+
+
+def seed_catalog(catalog: DataCatalog, tmp_path: Path, data) -> None:
+    catalog["params:aggregation"] = MemoryDataset(AGGREGATION)
+    catalog["params:dynamics"] = MemoryDataset(DYNAMICS)
+    catalog["params:runs"] = MemoryDataset(RUNS)
+    for step, (records, sequences) in data.items():
+        records_ds, sequences_ds = write_step(tmp_path / f"in_{step}", records, sequences)
+        catalog[f"r.step_{step}.token_records"] = MemoryDataset(records_ds, copy_mode="assign")
+        catalog[f"r.step_{step}.sequences"] = MemoryDataset(sequences_ds, copy_mode="assign")
+        catalog[f"r.step_{step}.entropy_thresholds"] = MemoryDataset(
+            thresholds_row(records, step=step)
+        )
+
+
+def layout() -> StudyLayout:
+    return StudyLayout(
+        runs=(RunSpec(name="r", role="single", checkpoint_root="unused", steps=(0, 5, 10)),),
+        num_shards=1,
+    )
+
+
+def assert_row_equals(got: pd.Series, expected: dict) -> None:
+    for key, value in expected.items():
+        if isinstance(value, float) and math.isnan(value):
+            assert pd.isna(got[key]), key
+        else:
+            assert got[key] == pytest.approx(value, rel=1e-12, abs=1e-12), key
+
+
+def test_pipeline_tables_equal_independent_numpy(tmp_path, caplog):
+    catalog = tmp_catalog(tmp_path)
+    data = steps()
+    seed_catalog(catalog, tmp_path, data)
+    with caplog.at_level(logging.WARNING, logger="hed.pipelines.dynamics.nodes"):
+        SequentialRunner().run(create_pipeline(layout()), catalog)
+
+    table = catalog.load("advantage_covariance_by_step")  # read back from the CSV
+    assert table[["step", "estimator"]].values.tolist() == [
+        [0, "grpo"], [0, "dr_grpo"], [5, "grpo"], [5, "dr_grpo"], [10, "grpo"], [10, "dr_grpo"],
+    ]  # fmt: skip
+    tops = catalog.load("advantage_covariance_top_tokens")
+    for step in (0, 10):
+        records, sequences = data[step]
+        for estimator in ("grpo", "dr_grpo"):
+            expected, top = reference_covariance(
+                records, sequences, estimator, CATEGORIES, kl_ratio=0.1, band=(0.05, 0.9)
+            )
+            row = table[(table.step == step) & (table.estimator == estimator)].iloc[0]
+            assert pd.isna(row["skipped"]) and row["n_responses_ungraded"] == 2
+            assert_row_equals(row, expected)
+            got = tops[(tops.step == step) & (tops.estimator == estimator)]
+            keys = ["prompt_index", "sample_index", "position"]
+            assert got[keys].values.tolist() == top[keys].values.tolist()
+            assert got["word"].tolist() == top["word"].tolist()
+            np.testing.assert_allclose(got["cov"], top["cov"], rtol=1e-12, atol=1e-12)
+    # hand-checked counts of RESPONSES: 14 graded, 6 zero advantage, 2 single samples
+    graded = table[table.step == 0].iloc[0]
+    assert graded["n_responses"] == 14 and graded["n_prompts"] == 6
+    assert graded["zero_advantage_share"] == pytest.approx(6 / 14, abs=1e-15)
+    assert graded["n_single_sample_responses"] == 2
+
+    skipped = table[table.step == 5]
+    assert (skipped["skipped"] == dyn.NO_GRADING).all()
+    assert skipped["mean_cov"].isna().all() and (skipped["n_responses"] == 0).all()
+    assert (skipped["n_responses_ungraded"] == 16).all()
+    assert "dynamics skips r.step_5: no graded response" in caplog.text
+    assert (tops.step != 5).all()
+
+    correctness = catalog.load("entropy_by_correctness")
+    assert list(zip(correctness["step"], correctness["correct"].fillna(""), strict=True)) == [
+        (0, True), (0, False), (5, ""), (10, True), (10, False),
+    ]  # fmt: skip
+    for step in (0, 10):
+        records, sequences = data[step]
+        for value, expected in reference_correctness(records, sequences).items():
+            row = correctness[(correctness.step == step) & (correctness.correct == value)]
+            assert_row_equals(row.iloc[0], expected)
+    no_grading = correctness[correctness.step == 5].iloc[0]
+    assert no_grading["skipped"] == dyn.NO_GRADING and pd.isna(no_grading["mean_entropy"])
+
+    per_step = catalog.load("r.step_10.advantage_covariance_by_step")  # loads on its own
+    assert per_step["step"].tolist() == [10, 10]
+    for dataset, size in (("advantage_covariance_png", (150, 200)),
+                          ("entropy_by_correctness_png", (150, 200))):  # fmt: skip
+        path = catalog.get(dataset)._get_load_path()
+        image = Image.open(path)
+        assert image.size == size
+        assert np.asarray(image.convert("L"), dtype=float).std() > 5
+
+
+def test_step_with_other_n_tokens_is_refused(tmp_path):
+    records, sequences = random_step(RESPONSES)
+    records_ds, sequences_ds = write_step(tmp_path, records, sequences)
+    wrong = thresholds_row(records).assign(n_tokens=3)
+    with pytest.raises(InputDataError, match="rerun the aggregation of this step"):
+        dyn.tabulate_entropy_by_correctness(wrong, sequences_ds, records_ds, DYNAMICS)
+
+
+def test_bad_dynamics_section_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="dynamics.estimators"):
+        dyn.dynamics_section({"estimators": ["ppo"]})
+    with pytest.raises(ConfigError, match="dynamics.epsilon"):
+        dyn.dynamics_section({"epsilon": -1})
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        dyn.dynamics_section([1])
+
+
+def test_pipeline_shape():
+    pipeline = create_pipeline(layout())
+    names = {n.name for n in pipeline.nodes}
+    assert "r.step_5.tabulate_advantage_covariance" in names
+    assert {"combine_advantage_covariance", "plot_entropy_by_correctness"} <= names
+    assert pipeline.inputs() == {
+        "params:aggregation",
+        "params:dynamics",
+        "params:runs",
+        *(f"r.step_{s}.{n}" for s in (0, 5, 10)
+          for n in ("entropy_thresholds", "sequences", "token_records")),
+    }  # fmt: skip

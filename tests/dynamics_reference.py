@@ -40,6 +40,7 @@ def reference_covariance(
     sequences: pd.DataFrame,
     estimator: str,
     categories: tuple[str, ...],
+    *,
     kl_ratio: float = 0.002,
     band: tuple[float, float] = (1.0, 5.0),
 ) -> tuple[dict, pd.DataFrame]:

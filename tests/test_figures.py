@@ -300,7 +300,7 @@ def test_font_family_lists_dejavu_then_only_installed_cjk_fonts(monkeypatch):
     assert font_family()[-1] == "WenQuanYi Zen Hei"
 
 
-# ------------------------------------------------------------------ Figure 2: zero, no data, measure
+# ------------------------------------------------------------ Figure 2: zero, no data, measure
 
 
 def _panel(fig, title):

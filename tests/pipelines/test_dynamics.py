@@ -165,9 +165,9 @@ def test_step_with_other_n_tokens_is_refused(tmp_path):
 
 
 def test_bad_dynamics_section_is_one_line(tmp_path):
-    with pytest.raises(ConfigError, match="dynamics.estimators"):
+    with pytest.raises(ConfigError, match=r"dynamics\.estimators"):
         dyn.dynamics_section({"estimators": ["ppo"]})
-    with pytest.raises(ConfigError, match="dynamics.epsilon"):
+    with pytest.raises(ConfigError, match=r"dynamics\.epsilon"):
         dyn.dynamics_section({"epsilon": -1})
     with pytest.raises(ConfigError, match="must be a mapping"):
         dyn.dynamics_section([1])
@@ -185,3 +185,37 @@ def test_pipeline_shape():
         *(f"r.step_{s}.{n}" for s in (0, 5, 10)
           for n in ("entropy_thresholds", "sequences", "token_records")),
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("env", ["mini_dapo", "qae_repro", "local"])
+def test_every_environment_runs_dynamics_in_default_on_catalog_datasets(env):
+    """``__default__`` of each environment holds the dynamics nodes of every (run, step), and
+    each dataset they write or read is a persisted catalog entry (a pattern or a name)."""
+    from kedro.framework.project import configure_project
+
+    from hed import layout as hed_layout
+    from hed.pipeline_registry import register_pipelines
+
+    loader = OmegaConfigLoader(
+        str(REPO / "conf"), base_env="base", default_run_env="local", env=env
+    )
+    params = loader["parameters"]
+    assert dyn.dynamics_section(params["dynamics"])["kl_cov_ratio"] == 0.002
+    configure_project("hed")
+    hed_layout.activate(params)
+    try:
+        default = register_pipelines()["__default__"]
+    finally:
+        hed_layout.activate(None)
+    names = {node.name for node in default.nodes}
+    runs = hed_layout.layout_from_params(params).run_steps()
+    for run, step in runs:
+        assert f"{run.name}.step_{step}.tabulate_advantage_covariance" in names
+        assert f"{run.name}.step_{step}.tabulate_entropy_by_correctness" in names
+    catalog = DataCatalog.from_config(loader["catalog"])
+    dynamics = [n for n in default.nodes if "dynamics" in n.tags]
+    assert len(dynamics) == 2 * len(runs) + 5
+    for node in dynamics:
+        for name in {*node.inputs, *node.outputs} - {n for n in node.inputs if "params:" in n}:
+            dataset = catalog.get(name)
+            assert dataset is not None and not isinstance(dataset, MemoryDataset), name

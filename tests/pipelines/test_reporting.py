@@ -833,7 +833,7 @@ def test_fig2_measure_defaults_to_count_and_refuses_other_values(records):
     assert plan(records)["fig2_measure"] == "count"
     with pytest.raises(ConfigError, match=r"reporting.fig2_measure must be one of count, "):
         plan(records, reporting={**REPORTING, "fig2_measure": "per_token"})
-    with pytest.raises(ConfigError, match="reporting.fig2_measure"):
+    with pytest.raises(ConfigError, match=r"reporting\.fig2_measure"):
         plan(records, reporting={**REPORTING, "fig2_measure": ["count"]})
 
 

@@ -53,6 +53,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from hed.errors import ConfigError, InputDataError
+from hed.record_batches import record_batches
 from hed.response_index import ResponseIndex
 
 #: Defaults: Clip-Cov band (verl's clip_cov_lb, clip_cov_ub) and the KL-Cov ratio k.
@@ -244,9 +245,7 @@ def _batches(records: ds.Dataset, columns: list[str], size: int) -> Iterator[pa.
             f"{_source(records)} lacks column(s) {', '.join(missing)}: it is not a merged "
             "token record file; rerun the aggregation of this step"
         )
-    yield from records.to_batches(
-        columns=columns, batch_size=size, batch_readahead=0, fragment_readahead=0
-    )
+    yield from record_batches(records, columns, size)
 
 
 def _source(records: ds.Dataset) -> str:

@@ -120,3 +120,24 @@ def test_category_outside_lexicon_is_named(tmp_path):
 def test_bad_settings(params, match):
     with pytest.raises(ConfigError, match=match):
         CovarianceSettings.from_params(params)
+
+
+def test_record_batches_read_row_groups_in_order_and_in_memory_datasets_too(tmp_path):
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    from hed.record_batches import record_batches
+
+    records, sequences = random_step(RESPONSES, seed=3)
+    records_ds, _ = write_step(tmp_path, records, sequences)  # row groups of 7 records
+    columns = ["prompt_index", "sample_index", "position", "logprob"]
+    batches = list(record_batches(records_ds, columns, 3))
+    assert max(b.num_rows for b in batches) == 3
+    streamed = pa.Table.from_batches(batches).to_pandas()
+    pd.testing.assert_frame_equal(streamed, records[columns].astype(streamed.dtypes))
+    memory = ds.dataset(records_ds.to_table())  # not file-based: read with to_batches
+    from_file = run_covariance(records_ds, sequences, batch_records=4)
+    from_memory = run_covariance(memory, sequences, batch_records=4)
+    for a, b in zip(from_file, from_memory, strict=True):
+        assert a.row == pytest.approx(b.row, nan_ok=True)
+        pd.testing.assert_frame_equal(a.top_tokens, b.top_tokens)

@@ -4,9 +4,10 @@
 on merged steps of 1M and 4M records (``bench/dynamics.py`` synthesis, row groups of 262,144
 records, the ten columns the dynamics pipeline reads), Arrow's peak allocation grew from 37 to
 85 MB (``to_batches``, no readahead requested) and from 27 to 67 MB (``iter_batches``) with
-the file, while reading one row group after the other stayed at 37 MB for both files. The dynamics pipeline reads steps of
-up to 50M records, so it reads row group by row group: memory is one row group of the
-requested columns (the aggregation writes row groups of ``aggregation.chunk_records``).
+the file, while reading one row group after the other stayed at 37 MB for both files. The
+dynamics pipeline reads steps of up to 50M records, so it reads row group by row group: memory
+is about two row groups of the requested columns (the one being read and the last batch of the
+previous one; the aggregation writes row groups of ``aggregation.chunk_records``).
 """
 
 from __future__ import annotations

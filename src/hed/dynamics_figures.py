@@ -121,10 +121,10 @@ def plot_advantage_covariance(
             fig.legend(
                 handles=list(handles.values()),
                 loc="outside lower center",
-                ncols=min(3, len(handles)),
+                ncols=1 if len(runs) < 2 else min(3, len(handles)),
                 frameon=False,
             )
-        fig.suptitle("Token covariance of log-probability and advantage, and zero-advantage share")
+        fig.suptitle("Cov(log π, A) and zero-advantage share per step", wrap=True)
     return fig
 
 
@@ -182,10 +182,10 @@ def plot_entropy_by_correctness(
             fig.legend(
                 handles=list(handles.values()),
                 loc="outside lower center",
-                ncols=min(3, len(handles)),
+                ncols=1 if len(runs) < 2 else min(3, len(handles)),
                 frameon=False,
             )
-        fig.suptitle("Entropy of correct vs incorrect responses over RL training")
+        fig.suptitle("Entropy of correct vs incorrect responses per step", wrap=True)
     return fig
 
 

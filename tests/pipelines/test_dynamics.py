@@ -219,3 +219,41 @@ def test_every_environment_runs_dynamics_in_default_on_catalog_datasets(env):
         for name in {*node.inputs, *node.outputs} - {n for n in node.inputs if "params:" in n}:
             dataset = catalog.get(name)
             assert dataset is not None and not isinstance(dataset, MemoryDataset), name
+
+
+def test_mini_dapo_dynamics_runs_on_its_configuration(tmp_path, smollm2_dir):
+    """``kedro run --env mini_dapo --pipelines dynamics`` in a project copy, on hand-made
+    merged steps saved through the environment's catalog (its 2 runs × 4 steps, one step
+    without reference answers): every table and figure is written, the skipped step listed."""
+    import yaml
+    from kedro.framework.project import configure_project
+    from kedro.framework.session import KedroSession
+
+    from ..project_copy import copy_project, latest, run_kedro
+
+    project = copy_project(tmp_path / "project", smollm2_dir)
+    runs = yaml.safe_load((project / "conf/mini_dapo/parameters.yml").read_text())["runs"]
+    configure_project("hed")
+    with KedroSession.create(project_path=project, env="mini_dapo") as session:
+        catalog = session.load_context().catalog
+        for r, (run, cfg) in enumerate(runs.items()):
+            for step in cfg["steps"]:
+                answers = UNGRADED if (r, step) == (1, 8) else RESPONSES
+                records, sequences = random_step(answers, seed=step + r, run=run, step=step)
+                catalog.save(f"{run}.step_{step}.token_records", records)
+                catalog.save(f"{run}.step_{step}.sequences", sequences)
+                catalog.save(
+                    f"{run}.step_{step}.entropy_thresholds", thresholds_row(records, run, step)
+                )
+    run_kedro(project, pipeline="dynamics", env="mini_dapo")
+
+    table = pd.read_csv(latest(project / "data/04_feature/advantage_covariance_by_step.csv"))
+    assert len(table) == 2 * 4 * 2  # runs × steps × estimators
+    skipped = table[table["skipped"].notna()]
+    assert set(zip(skipped["run"], skipped["step"], strict=True)) == {("mini_dapo_with_clip", 8)}
+    assert table.loc[table["skipped"].isna(), "mean_cov"].notna().all()
+    correctness = pd.read_csv(latest(project / "data/04_feature/entropy_by_correctness.csv"))
+    assert len(correctness) == 7 * 2 + 1
+    for name in ("advantage_covariance_by_step.png", "entropy_by_correctness.png"):
+        image = Image.open(latest(project / "data/08_reporting/figures" / name))
+        assert image.size == (2 * 640, 2 * 440)  # 2 runs × 3.2 in, 2 rows × 2.2 in, 200 dpi

@@ -1387,6 +1387,96 @@ def _(t: Ctx) -> Expect:
     )
 
 
+# ------------------------------------------------------------------ dynamics (and Figure 2 measure)
+
+
+@case("reporting-fig2-measure")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        plan({**STRICT, "fig2_measure": "ratio"}),
+        ConfigError,
+        ("reporting.fig2_measure", "'ratio'"),
+    )
+
+
+def dynamics_step(t: Ctx, correct=None):
+    """A hand-made merged step (tests/dynamics_reference.py) under ``t.tmp``."""
+    from .dynamics_reference import RESPONSES, random_step, thresholds_row, write_step
+
+    records, sequences = random_step(correct or RESPONSES)
+    return records, sequences, thresholds_row(records), *write_step(t.tmp, records, sequences)
+
+
+@case("dynamics-records-not-of-sequences")
+def _(t: Ctx) -> Expect:
+    from hed.pipelines.dynamics.nodes import tabulate_advantage_covariance
+
+    from .dynamics_reference import LEXICON, write_step
+
+    records, sequences, thresholds, records_ds, _ = dynamics_step(t)
+    _, fewer = write_step(t.tmp / "fewer", records, sequences.iloc[:-1])
+    return Expect(
+        lambda: tabulate_advantage_covariance(
+            thresholds, fewer, records_ds, {"lexicon": LEXICON}, {}
+        ),
+        InputDataError,
+        (str(t.tmp / "step.parquet"), "prompt_index=6, sample_index=2", "rerun the aggregation"),
+    )
+
+
+@case("dynamics-n-tokens-mismatch")
+def _(t: Ctx) -> Expect:
+    from hed.pipelines.dynamics.nodes import tabulate_entropy_by_correctness
+
+    _, _, thresholds, records_ds, sequences_ds = dynamics_step(t)
+    wrong = thresholds.assign(n_tokens=3)
+    return Expect(
+        lambda: tabulate_entropy_by_correctness(wrong, sequences_ds, records_ds, {}),
+        InputDataError,
+        (str(t.tmp / "step.parquet"), "entropy_thresholds of r.step_0 says 3"),
+    )
+
+
+@case("dynamics-category-not-in-lexicon")
+def _(t: Ctx) -> Expect:
+    from hed.pipelines.dynamics.nodes import tabulate_advantage_covariance
+
+    _, _, thresholds, records_ds, sequences_ds = dynamics_step(t)
+    lexicon = {"reasoning": ["so"]}  # the records were categorised with anthropomorphic too
+    return Expect(
+        lambda: tabulate_advantage_covariance(
+            thresholds, sequences_ds, records_ds, {"lexicon": lexicon}, {}
+        ),
+        InputDataError,
+        ("category 'anthropomorphic'", "another lexicon"),
+    )
+
+
+@case("dynamics-parameter")
+def _(t: Ctx) -> Expect:
+    from hed.pipelines.dynamics.nodes import tabulate_advantage_covariance
+
+    _, _, thresholds, records_ds, sequences_ds = dynamics_step(t)
+    return Expect(
+        lambda: tabulate_advantage_covariance(
+            thresholds, sequences_ds, records_ds, {}, {"kl_cov_ratio": 2}
+        ),
+        ConfigError,
+        ("dynamics.kl_cov_ratio", "2"),
+    )
+
+
+@case("dynamics-estimators")
+def _(t: Ctx) -> Expect:
+    from hed.pipelines.dynamics.nodes import dynamics_section
+
+    return Expect(
+        lambda: dynamics_section({"estimators": ["ppo"]}),
+        ConfigError,
+        ("dynamics.estimators", "ppo"),
+    )
+
+
 # ------------------------------------------------------------------ the tests
 
 

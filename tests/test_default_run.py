@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from hed.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 
@@ -239,3 +240,51 @@ def test_kedro_run_shows_a_bad_parameter_in_one_line_before_any_node(default_pro
             "ConfigError: aggregation.top_entropy_frac = 20 is outside (0, 1] "
             "[HED_TRACEBACK=1 shows the traceback]"
         )
+
+
+def test_dynamics_tables_equal_independent_numpy_on_the_demo(default_project):
+    from hed.lexicon import parse_lexicon
+    from hed.pipelines.dynamics.nodes import NO_GRADING
+
+    from .dynamics_reference import reference_correctness, reference_covariance
+
+    merged = default_project / f"data/03_primary/token_records/{RUN}"
+    records = pq.read_table(latest(merged / "step_0.parquet")).to_pandas()
+    sequences = pq.read_table(latest(merged / "step_0.sequences.parquet")).to_pandas()
+    assert sequences["correct"].notna().all()  # the demo prompts have reference answers
+    params = yaml.safe_load((REPO_ROOT / "conf/base/parameters_aggregation.yml").read_text())
+    categories = parse_lexicon(params["aggregation"]["lexicon"]).categories
+    table = pd.read_csv(
+        latest(default_project / "data/04_feature/advantage_covariance_by_step.csv")
+    )
+    tops = pd.read_csv(
+        latest(default_project / "data/04_feature/advantage_covariance_top_tokens.csv"),
+        keep_default_na=False,
+        na_values=[""],
+    )
+    assert table["estimator"].tolist() == ["grpo", "dr_grpo"]
+    for estimator in ("grpo", "dr_grpo"):
+        expected, top = reference_covariance(records, sequences, estimator, categories)
+        row = table[table["estimator"] == estimator].iloc[0]
+        assert pd.isna(row["skipped"]) and row["skipped"] != NO_GRADING
+        for key, value in expected.items():
+            if isinstance(value, float) and math.isnan(value):
+                assert pd.isna(row[key]), key
+            else:
+                assert row[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+        got = tops[tops["estimator"] == estimator]
+        keys = ["prompt_index", "sample_index", "position"]
+        assert got[keys].values.tolist() == top[keys].values.tolist()
+        assert got["word"].fillna("").tolist() == top["word"].tolist()
+    correctness = pd.read_csv(
+        latest(default_project / "data/04_feature/entropy_by_correctness.csv")
+    )
+    for value, expected in reference_correctness(records, sequences).items():
+        row = correctness[correctness["correct"] == value].iloc[0]
+        for key, number in expected.items():
+            if isinstance(number, float) and math.isnan(number):
+                assert pd.isna(row[key]), key
+            else:
+                assert row[key] == pytest.approx(number, rel=1e-9, abs=1e-12), key
+    for name in ("advantage_covariance_by_step.png", "entropy_by_correctness.png"):
+        assert latest(default_project / "data/08_reporting/figures" / name).stat().st_size > 0

@@ -298,3 +298,86 @@ def test_font_family_lists_dejavu_then_only_installed_cjk_fonts(monkeypatch):
         font_manager.fontManager, "ttflist", [*font_manager.fontManager.ttflist, fake]
     )
     assert font_family()[-1] == "WenQuanYi Zen Hei"
+
+
+# ------------------------------------------------------------ Figure 2: zero, no data, measure
+
+
+def _panel(fig, title):
+    return next(ax for ax in fig.axes if ax.get_title() == title)
+
+
+def test_figure2_step_at_zero_differs_from_a_step_without_data():
+    run, role = RUNS[0]
+    table = pd.DataFrame(
+        {
+            "run": [run, run],
+            "role": [role, role],
+            "step": [0, 8],
+            "n_tokens": [1000, 2000],
+            "anthropomorphic_count": [5, 0],
+            "pass1": [0.1, 0.2],
+            "pass1_source": ["generated", "generated"],
+        }
+    )
+    fig = plot_figure2(table, RUNS[:1], single_run=True, steps=[0, 8, 16])
+    ax = _panel(fig, f"{run} ({role})")
+    bars = [(p.get_x() + p.get_width() / 2, p.get_height(), p.get_hatch()) for p in ax.patches]
+    top = ax.get_ylim()[1]
+    assert bars == [(0.0, 5.0, None), (8.0, 0.0, None), (16.0, top, "////")]
+    [zero] = [line for line in ax.lines if line.get_marker() == "o"]
+    assert zero.get_xdata().tolist() == [8.0] and zero.get_ydata().tolist() == [0.0]
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "zero at this step" in texts and "no data at this step" in texts
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "8", "16"]
+
+
+def test_figure2_without_zero_or_gap_has_neither_legend_entry():
+    fig = plot_figure2(figure2_table([20, 40]).assign(anthropomorphic_count=[3, 4, 5, 6]), RUNS,
+                       single_run=False)  # fmt: skip
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "zero at this step" not in texts and "no data at this step" not in texts
+
+
+@pytest.mark.parametrize(
+    ("measure", "expected", "label"),
+    [
+        ("count", [4.0, 0.0, 30.0], "tokens (count)"),
+        ("per_1k_high_entropy", [20.0, 0.0, 75.0], "per\n1k high-entropy tokens"),
+        ("per_1k_tokens", [4.0, 0.0, 15.0], "tokens per 1k tokens"),
+    ],
+)
+def test_figure2_measure_sets_bar_heights_and_axis_label(measure, expected, label):
+    run, role = RUNS[0]
+    table = pd.DataFrame(
+        {
+            "run": [run] * 3,
+            "role": [role] * 3,
+            "step": [0, 10, 20],
+            "n_tokens": [1000, 500, 2000],
+            "n_high_entropy": [200, 100, 400],
+            "anthropomorphic_count": [4, 0, 30],
+            "anthropomorphic_per_1k_high_entropy": [20.0, 0.0, 75.0],
+            "pass1": [0.1, 0.2, 0.3],
+            "pass1_source": ["csv"] * 3,
+        }
+    )
+    fig = plot_figure2(table, RUNS[:1], single_run=True, measure=measure)
+    ax = _panel(fig, f"{run} ({role})")
+    assert [p.get_height() for p in ax.patches] == expected
+    assert ax.get_ylabel().endswith(label)
+
+
+def test_figure2_unknown_measure_is_refused():
+    with pytest.raises(ValueError, match="unknown Figure 2 measure 'ratio'"):
+        plot_figure2(figure2_table([0]), RUNS, single_run=False, measure="ratio")
+
+
+def test_figure3_legend_lists_only_the_categories_shown():
+    table = figure3_table(steps=(20,))
+    table = table[table["category"] != "anthropomorphic"]
+    fig = plot_figure3(table, RUNS, [20])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["reasoning", "other"]
+    unknown = table.assign(category=np.where(table["category"] == "other", "hedging", "reasoning"))
+    fig = plot_figure3(unknown, RUNS, [20])  # a user category is drawn and listed as `other`
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["reasoning", "other"]

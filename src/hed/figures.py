@@ -50,6 +50,22 @@ SOURCE_MARKERS = {"wandb": "o", "wandb_offline": "D", "csv": "^", "generated": "
 
 FIGURE3_MEASURE_LABEL = "normalised sampled\nprobability (fraction)"
 
+#: Figure 2's bar measures (``reporting.fig2_measure``) and their left-axis labels.
+FIGURE2_MEASURES = {
+    "count": "anthropomorphic high-entropy\ntokens (count)",
+    "per_1k_high_entropy": "anthropomorphic tokens per\n1k high-entropy tokens",
+    "per_1k_tokens": "anthropomorphic high-entropy\ntokens per 1k tokens",
+}
+#: How a Figure 2 step at zero and a step without data are drawn.
+ZERO_MARKER = {
+    "marker": "o",
+    "markersize": 4.5,
+    "markeredgewidth": 1.2,
+    "markerfacecolor": "white",
+    "linestyle": "none",
+}
+NO_DATA_STYLE = {"facecolor": "none", "edgecolor": "#9E9E9E", "hatch": "////", "linewidth": 0.0}
+
 #: Text sizes (points) for a panel of about 3.5 × 2.8 in, i.e. two panels across a page.
 _RC = {
     "font.size": 8,
@@ -61,6 +77,8 @@ _RC = {
     "figure.titlesize": 9.5,
     "axes.spines.top": False,
 }
+#: The text sizes above, for other figure modules (:mod:`hed.dynamics_figures`).
+RC_PARAMS = _RC
 #: Fonts with CJK glyphs, tried after DejaVu Sans for characters it lacks (lexicon words such
 #: as 等等 or 嗯, docs/aggregation.md). Only installed ones are used (see :func:`font_family`).
 CJK_FALLBACK_FONTS = (
@@ -120,6 +138,35 @@ def figure3_size(n_cols: int, n_rows: int, panel_size: Sequence[float]) -> tuple
     return (max(width, FIGURE3_MIN_WIDTH), height + FIGURE3_TITLE_LEGEND_HEIGHT)
 
 
+def figure2_values(table: pd.DataFrame, measure: str = "count") -> np.ndarray:
+    """Figure 2's bar height per row of the Figure 2 table, for ``measure``.
+
+    * ``count``: ``anthropomorphic_count`` (the paper's measure);
+    * ``per_1k_high_entropy``: ``anthropomorphic_per_1k_high_entropy`` =
+      1000 × anthropomorphic_count / n_high_entropy;
+    * ``per_1k_tokens``: 1000 × anthropomorphic_count / n_tokens (n_tokens = the step's N
+      non-special tokens), a rate that does not grow with response length.
+
+    Returns:
+        (n,) float64; NaN where the measure is undefined (no high-entropy token, no token).
+
+    Raises:
+        ValueError: an unknown measure (the reporting pipeline checks it first).
+    """
+    count = pd.to_numeric(table["anthropomorphic_count"], errors="coerce").to_numpy(float)
+    if measure == "count":
+        return count
+    if measure == "per_1k_high_entropy":
+        return pd.to_numeric(
+            table["anthropomorphic_per_1k_high_entropy"], errors="coerce"
+        ).to_numpy(float)
+    if measure == "per_1k_tokens":
+        n = pd.to_numeric(table["n_tokens"], errors="coerce").to_numpy(float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(n > 0, 1000.0 * count / np.where(n > 0, n, 1.0), np.nan)
+    raise ValueError(f"unknown Figure 2 measure {measure!r}: use one of {list(FIGURE2_MEASURES)}")
+
+
 def plot_figure2(
     table: pd.DataFrame,
     runs: Sequence[tuple[str, str]],
@@ -127,30 +174,45 @@ def plot_figure2(
     single_run: bool,
     panel_size: Sequence[float] = (3.5, 2.8),
     dpi: int = 200,
+    measure: str = "count",
+    steps: Sequence[int] | None = None,
 ) -> Figure:
     """Figure 2: anthropomorphic high-entropy tokens (bars) and pass@1 (line) per step.
 
     One panel per run, in the order of ``runs`` (without_clip first, then with_clip, then
-    single runs). Bars on the left axis: ``anthropomorphic_count`` at each step (same y range
-    in every panel so runs compare). Line on the right axis: ``pass1`` (gaps where a step has
-    none), its marker telling the source (:data:`SOURCE_MARKERS`); the figure's legend names
-    each source shown.
+    single runs). Bars on the left axis: :func:`figure2_values` for ``measure`` at each step
+    (same y range in every panel so runs compare), the axis label naming the measure
+    (:data:`FIGURE2_MEASURES`). A step whose value is 0 gets an open marker on the axis
+    (:data:`ZERO_MARKER`); a step of ``steps`` without a value (no row for that run, or an
+    undefined rate) gets a hatched slot over the whole height (:data:`NO_DATA_STYLE`), so
+    "none counted" and "not measured" look different. Line on the right axis: ``pass1``
+    (gaps where a step has none), its marker telling the source (:data:`SOURCE_MARKERS`);
+    the figure's legend names each source shown.
 
     Args:
-        table: the Figure 2 table (run, role, step, anthropomorphic_count, pass1, pass1_source).
+        table: the Figure 2 table (run, role, step, n_tokens, anthropomorphic_count,
+            anthropomorphic_per_1k_high_entropy, pass1, pass1_source).
         runs: ``(run, role)`` per panel, left to right.
         single_run: draw the single-run diagnostic title instead of the paper comparison's.
         panel_size: inches (width, height) of one panel.
         dpi: dots per inch of the saved PNG.
+        measure: ``count``, ``per_1k_high_entropy`` or ``per_1k_tokens``.
+        steps: the step slots of every panel (e.g. every configured step); default: the
+            steps of the table.
 
     Returns:
         The figure (``figure_size(len(runs), 1, panel_size)`` inches at ``dpi``).
+
+    Raises:
+        ValueError: an unknown ``measure``.
     """
+    values = figure2_values(table, measure)
+    table = table.assign(_value=values)
+    slots = sorted({int(s) for s in (table["step"] if steps is None else steps)})
     with mpl.rc_context({**_RC, "font.family": font_family()}):
         fig = Figure(figsize=figure_size(len(runs), 1, panel_size), dpi=dpi, layout="constrained")
         axes = fig.subplots(1, max(1, len(runs)), squeeze=False)[0]
-        counts = pd.to_numeric(table["anthropomorphic_count"], errors="coerce")
-        bar_top = max(1.0, float(np.nanmax(counts.to_numpy(dtype=float), initial=0.0))) * 1.15
+        bar_top = max(1.0, float(np.nanmax(values, initial=0.0))) * 1.15
         handles = {
             "bars": Patch(
                 color=CATEGORY_COLOURS["anthropomorphic"],
@@ -159,7 +221,11 @@ def plot_figure2(
         }
         for ax, (run, role) in zip(axes, runs, strict=False):
             rows = table[table["run"] == run].sort_values("step")
-            handles.update(_draw_figure2_panel(ax, rows, run=run, role=role, bar_top=bar_top))
+            handles.update(
+                _draw_figure2_panel(
+                    ax, rows, run=run, role=role, bar_top=bar_top, measure=measure, slots=slots
+                )
+            )
         fig.legend(
             handles=list(handles.values()),
             loc="outside lower center",
@@ -178,38 +244,59 @@ def plot_figure2(
 
 
 def _draw_figure2_panel(
-    ax, rows: pd.DataFrame, *, run: str, role: str, bar_top: float
-) -> dict[str, Line2D]:
-    """Draw one run's panel; return the legend entries of its pass@1 line, by label."""
+    ax,
+    rows: pd.DataFrame,
+    *,
+    run: str,
+    role: str,
+    bar_top: float,
+    measure: str = "count",
+    slots: Sequence[int] = (),
+) -> dict[str, Line2D | Patch]:
+    """Draw one run's panel; return its legend entries (pass@1 line, zero, no data), by label."""
     ax.set_title(f"{run} ({role})")
     ax.set_xlabel("RL training step (global_step)")
-    ax.set_ylabel("anthropomorphic high-entropy\ntokens (count)")
+    ax.set_ylabel(FIGURE2_MEASURES[measure])
     ax.set_ylim(0, bar_top)
-    ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=measure == "count"))
     twin = ax.twinx()
     twin.set_ylabel("pass@1 (fraction of\nsamples correct)")
     twin.spines["top"].set_visible(False)
-    if rows.empty:
+    if rows.empty and not slots:
         ax.text(0.5, 0.5, "no records", ha="center", va="center", transform=ax.transAxes)
         twin.set_yticks([])
         return {}
     steps = rows["step"].to_numpy(dtype=float)
-    gaps = np.diff(np.unique(steps))
+    every = np.unique(np.concatenate([steps, np.asarray(slots, dtype=float)]))
+    gaps = np.diff(every)
     width = 0.6 * (float(gaps.min()) if gaps.size else 1.0)
-    ax.bar(
-        steps,
-        rows["anthropomorphic_count"].to_numpy(dtype=float),
-        width=width,
-        color=CATEGORY_COLOURS["anthropomorphic"],
-    )
-    _step_ticks(ax, np.unique(steps), width)
+    value = rows["_value"].to_numpy(dtype=float) if "_value" in rows else figure2_values(rows)
+    measured = np.isfinite(value)
+    handles: dict[str, Line2D | Patch] = {}
+    colour = CATEGORY_COLOURS["anthropomorphic"]
+    ax.bar(steps[measured], value[measured], width=width, color=colour)
+    zero = measured & (value == 0)
+    if zero.any():
+        ax.plot(steps[zero], np.zeros(int(zero.sum())), color=colour, clip_on=False, **ZERO_MARKER)
+        label = "zero at this step"
+        handles[label] = Line2D([], [], color=colour, label=label, **ZERO_MARKER)
+    missing = sorted(set(every) - set(steps[measured]))
+    if missing:
+        ax.bar(missing, [bar_top] * len(missing), width=width, **NO_DATA_STYLE)
+        label = "no data at this step"
+        handles[label] = Patch(label=label, **NO_DATA_STYLE)
+    _step_ticks(ax, every, width)
+    if rows.empty:
+        twin.set_yticks([])
+        return handles
     pass1 = pd.to_numeric(rows["pass1"], errors="coerce").to_numpy(dtype=float)
     if not np.isfinite(pass1).any():
         twin.set_yticks([])
         label = "pass@1: not available"
-        return {
-            label: Line2D([], [], color=PASS1_COLOUR, linestyle="none", marker="x", label=label)
-        }
+        handles[label] = Line2D(
+            [], [], color=PASS1_COLOUR, linestyle="none", marker="x", label=label
+        )
+        return handles
     source = ", ".join(str(s) for s in rows["pass1_source"].dropna().unique()) or "unknown"
     label = f"pass@1 (source: {source})"
     style = {
@@ -221,7 +308,7 @@ def _draw_figure2_panel(
     twin.plot(steps, pass1, label=label, **style)
     top = float(np.nanmax(pass1))
     twin.set_ylim(0, min(1.0, max(top * 1.25, 0.05)) if top <= 1.0 else top * 1.1)
-    return {label: Line2D([], [], label=label, **style)}
+    return {label: Line2D([], [], label=label, **style), **handles}
 
 
 def _step_ticks(ax, steps: np.ndarray, width: float) -> None:
@@ -283,19 +370,32 @@ def plot_figure3(
                 axes[r][0].set_title(f"{run}\n{role}")
                 axes[r][0].set_axis_off()
                 axes[r][0].text(0.5, 0.5, "no step with high-entropy\nword records", ha="center")
-        handles = [Patch(color=CATEGORY_COLOURS[c], label=c) for c in CATEGORIES]
-        fig.legend(
-            handles=handles,
-            loc="outside lower center",
-            ncols=len(CATEGORIES),
-            frameon=False,
-            title="word category",
-        )
+        handles = [Patch(color=CATEGORY_COLOURS[c], label=c) for c in shown_categories(table)]
+        if handles:
+            fig.legend(
+                handles=handles,
+                loc="outside lower center",
+                ncols=len(handles),
+                frameon=False,
+                title="word category",
+            )
         fig.suptitle(
             f"Top {top_n} words at high-entropy positions, by normalised sampled probability",
             wrap=True,  # a safety net: a title wider than the figure wraps instead of being cut
         )
     return fig
+
+
+def shown_categories(table: pd.DataFrame) -> list[str]:
+    """The categories Figure 3 draws, in legend order (:data:`CATEGORIES`).
+
+    A category outside :data:`CATEGORIES` (a user's lexicon may add one) is drawn in the
+    colour of ``other`` and listed as ``other``.
+    """
+    present = {str(c) for c in table["category"].dropna()} if "category" in table else set()
+    if present - set(CATEGORIES):
+        present.add("other")
+    return [c for c in CATEGORIES if c in present]
 
 
 def _draw_figure3_panel(

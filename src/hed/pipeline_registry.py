@@ -9,14 +9,14 @@ def register_pipelines() -> dict[str, Pipeline]:
 
     The generation and aggregation pipelines have one node per (run, step[, shard]) of the
     active configuration environment (see :mod:`hed.layout`); ``__default__`` is the whole
-    chain generation → aggregation → metrics → reporting, preceded by ``mini_rl`` (training)
-    in environments that have one (``conf/mini_dapo``; empty elsewhere).
+    chain generation → aggregation → dynamics → metrics → reporting, preceded by ``mini_rl``
+    (training) in environments that have one (``conf/mini_dapo``; empty elsewhere).
 
     Returns:
         A mapping from pipeline names to ``Pipeline`` objects.
     """
     pipelines = find_pipelines(raise_errors=True)
-    chain = ["mini_rl", "generation", "aggregation", "metrics", "reporting"]
+    chain = ["mini_rl", "generation", "aggregation", "dynamics", "metrics", "reporting"]
     pipelines["__default__"] = sum(
         (pipelines[name] for name in chain if name in pipelines), Pipeline([])
     )

@@ -124,6 +124,26 @@ def top_n_words_param(reporting: Mapping[str, Any]) -> int:
     return top_n
 
 
+def fig2_measure_param(reporting: Mapping[str, Any]) -> str:
+    """``reporting.fig2_measure`` (default ``count``): what Figure 2's bars measure.
+
+    ``count`` (the paper's: anthropomorphic high-entropy tokens), ``per_1k_high_entropy``
+    (per 1000 high-entropy tokens) or ``per_1k_tokens`` (per 1000 tokens of the step);
+    see :func:`hed.figures.figure2_values`.
+
+    Raises:
+        ConfigError: another value.
+    """
+    from hed.figures import FIGURE2_MEASURES  # matplotlib: only when a reporting run asks
+
+    measure = reporting.get("fig2_measure", "count")
+    if not isinstance(measure, str) or measure not in FIGURE2_MEASURES:
+        raise ConfigError(
+            f"reporting.fig2_measure must be one of {', '.join(FIGURE2_MEASURES)}, got {measure!r}"
+        )
+    return str(measure)
+
+
 def shard_config(generation: dict[str, Any]) -> tuple[int, int]:
     """``(generation.num_shards, generation.samples_per_prompt)``, both positive integers.
 

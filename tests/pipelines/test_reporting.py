@@ -26,7 +26,7 @@ from kedro.runner import SequentialRunner
 
 from hed import provenance
 from hed.errors import ConfigError
-from hed.figures import figure3_size, figure_size
+from hed.figures import FIGURE2_MEASURES, figure3_size, figure_size
 from hed.hooks import ProvenanceHooks
 from hed.pipelines.reporting import create_pipeline
 from hed.pipelines.reporting.nodes import (
@@ -37,6 +37,7 @@ from hed.pipelines.reporting.nodes import (
     build_resolved_config,
     figure2_dataset,
     plan_figures,
+    plot_figure2_png,
     rank_words,
 )
 
@@ -742,3 +743,42 @@ def test_base_and_qae_repro_reporting_parameters():
     assert qae["reporting"]["fig3"]["steps"] == [20, 80, 200]
     assert base["reporting"]["top_n_words"] == qae["reporting"]["top_n_words"] == 20
     assert base["publish"] == {"env_name": None}
+
+
+# ------------------------------------------------------------------ Figure 2 measure and slots
+
+
+@pytest.mark.parametrize("measure", ["count", "per_1k_high_entropy", "per_1k_tokens"])
+def test_fig2_measure_is_in_the_plan_and_names_the_axis(records, measure):
+    figure_plan = plan(records, reporting={**REPORTING, "fig2_measure": measure})
+    assert figure_plan["fig2_measure"] == measure
+    table = build_figure2_table(summary_from(records), pass1_for_figures(), figure_plan)
+    fig = plot_figure2_png(table, figure_plan, REPORTING)
+    labels = {ax.get_ylabel() for ax in fig.axes if ax.get_title()}
+    assert labels == {FIGURE2_MEASURES[measure]}
+
+
+def test_fig2_measure_defaults_to_count_and_refuses_other_values(records):
+    assert plan(records)["fig2_measure"] == "count"
+    with pytest.raises(ConfigError, match=r"reporting.fig2_measure must be one of count, "):
+        plan(records, reporting={**REPORTING, "fig2_measure": "per_token"})
+    with pytest.raises(ConfigError, match=r"reporting\.fig2_measure"):
+        plan(records, reporting={**REPORTING, "fig2_measure": ["count"]})
+
+
+def test_fig2_steps_hold_configured_steps_without_summary_rows(records):
+    runs = copy.deepcopy(RUNS)
+    runs["dapo_with_clip"]["steps"] = [20, 80, 200, 300]  # 300: configured, never aggregated
+    figure_plan = plan(records, runs=runs, reporting={**REPORTING, "strict": False})
+    assert figure_plan["fig2_steps"] == [20, 80, 200, 300]
+    table = build_figure2_table(summary_from(records), pass1_for_figures(), figure_plan)
+    fig = plot_figure2_png(table, figure_plan, REPORTING)
+    for ax in (ax for ax in fig.axes if ax.get_title()):
+        hatched = [p.get_x() + p.get_width() / 2 for p in ax.patches if p.get_hatch()]
+        assert hatched == [300.0]  # both panels: the slot is "no data", not a zero
+
+
+def test_shipped_reporting_parameters_say_count():
+    for env in ("base", "qae_repro", "mini_dapo"):
+        params = yaml.safe_load((REPO / f"conf/{env}/parameters_reporting.yml").read_text())
+        assert params["reporting"]["fig2_measure"] == "count"

@@ -19,7 +19,12 @@ from matplotlib.figure import Figure
 
 from hed import figures
 from hed.errors import ConfigError
-from hed.sections import fig3_steps_param, reporting_section, top_n_words_param
+from hed.sections import (
+    fig2_measure_param,
+    fig3_steps_param,
+    reporting_section,
+    top_n_words_param,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -132,16 +137,18 @@ def plan_figures(
     Returns:
         ``figure_plan``: strict, figure2_kind, panels (``[run, role]`` in panel order),
         fig3_steps, fig3_steps_from (``reporting.fig3.steps`` or ``fallback``), top_n_words,
-        omissions (one sentence each).
+        fig2_measure (``reporting.fig2_measure``), fig2_steps (Figure 2's step slots: the
+        configured and summary steps of the panels' runs), omissions (one sentence each).
 
     Raises:
         ConfigError: strict mode and something is missing (one message listing all of it), or
             a malformed ``reporting`` section (:func:`reporting_section`),
-            ``reporting.fig3.steps`` or ``reporting.top_n_words``.
+            ``reporting.fig3.steps``, ``reporting.top_n_words`` or ``reporting.fig2_measure``.
     """
     reporting = reporting_section(reporting)
     strict = reporting.get("strict", False)
     top_n, fig3_steps = top_n_words_param(reporting), fig3_steps_param(reporting)
+    measure = fig2_measure_param(reporting)
     panels = panel_runs(runs)
     kind = figure2_kind(runs)
     missing = [] if kind == PAPER else [_role_pair_gap(panels)]
@@ -177,8 +184,22 @@ def plan_figures(
         "fig3_steps": [int(s) for s in fig3_steps],
         "fig3_steps_from": fig3_from,
         "top_n_words": top_n,
+        "fig2_measure": measure,
+        "fig2_steps": _figure2_steps(summary_by_step, runs, panels),
         "omissions": missing + notes,
     }
+
+
+def _figure2_steps(
+    summary: pd.DataFrame, runs: Mapping[str, Any], panels: list[tuple[str, str]]
+) -> list[int]:
+    """Figure 2's step slots: every configured step and every summary step of the panels'
+    runs, so that a step one run lacks shows as "no data" in its panel."""
+    shown = [run for run, _ in panels]
+    steps = set(summary.loc[summary["run"].isin(shown), "step"].astype(int))
+    for run in shown:
+        steps.update(_configured_steps(runs.get(run)))
+    return sorted(steps)
 
 
 def _role_pair_gap(panels: list[tuple[str, str]]) -> str:
@@ -322,7 +343,8 @@ def build_figure3_table(
 def plot_figure2_png(
     figure2_table: pd.DataFrame, figure_plan: dict[str, Any], reporting: dict[str, Any]
 ) -> Figure:
-    """Draw Figure 2 (:func:`hed.figures.plot_figure2`) at ``reporting.figure2`` size and dpi."""
+    """Draw Figure 2 (:func:`hed.figures.plot_figure2`) at ``reporting.figure2`` size and dpi,
+    bars measuring ``reporting.fig2_measure``, one slot per step of ``fig2_steps``."""
     style = reporting_section(reporting).get("figure2") or {}
     return figures.plot_figure2(
         figure2_table,
@@ -330,6 +352,8 @@ def plot_figure2_png(
         single_run=figure_plan["figure2_kind"] != PAPER,
         panel_size=style.get("panel_size", (3.5, 2.8)),
         dpi=int(style.get("dpi", 200)),
+        measure=figure_plan.get("fig2_measure", "count"),
+        steps=figure_plan.get("fig2_steps"),
     )
 
 

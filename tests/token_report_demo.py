@@ -38,7 +38,8 @@ RESPONSES = {
     (0, 1): "Hmm, 3 + 4... maybe 8? Actually, let me recount: 3, then 4 more gives 7. "
     "The answer is 7.",
     (1, 0): "The tag is <script>alert(1)</script> and </span> closes a span. So 5 * 2 = 10.",
-    (1, 1): "I guess it is <b>bold</b> & \"quoted\" — 5 × 2 = 10. Therefore the answer is 10.",
+    (1, 1): 'I guess it is <b>bold</b> & "quoted" <script>window.__pwned=1</script> — '
+    "5 × 2 = 10. Therefore the answer is 10.",
     (2, 0): "Primes below 10: 2, 3, 5, 7. So there are 4. Wait, is 1 prime? No. Answer: 4.",
     (2, 1): "First, list them: 2, 3, 5, 7, 9. Hence 5 primes. The answer is 5.",
 }
@@ -68,7 +69,7 @@ def demo_step(tokenizer, step: int, seed: int = 0) -> tuple[pa.Table, pd.DataFra
             others = [int(i) for i in rng.choice(vocab, TOP_K, replace=False) if i != tid]
             probs = np.sort(rng.dirichlet(np.full(TOP_K, 0.6)))[::-1].astype(np.float32)
             rank = int(rng.integers(0, 2))
-            topk = others[:rank] + [tid] + others[rank : TOP_K - 1]
+            topk = [*others[:rank], tid, *others[rank : TOP_K - 1]]
             rows.append(
                 {
                     "run": RUN,

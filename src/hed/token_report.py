@@ -90,12 +90,14 @@ class TokenReportOptions:
         max_tokens_per_response: tokens shown per response, ≥ 1 (the rest is cut, and said so).
         steps: steps to show, or None for every step of every run.
         seed: seed of the shuffle that chooses the responses.
+        enabled: draw the report (``false`` leaves the node out of the reporting pipeline).
     """
 
     responses_per_step: int = 8
     max_tokens_per_response: int = 2000
     steps: tuple[int, ...] | None = None
     seed: int = 0
+    enabled: bool = True
 
 
 def token_report_options(section: Any) -> TokenReportOptions:
@@ -116,22 +118,29 @@ def token_report_options(section: Any) -> TokenReportOptions:
         raise ConfigError(
             f"reporting.token_report must be a mapping (parameters_reporting.yml), got {section!r}"
         )
-    known = {"responses_per_step", "max_tokens_per_response", "steps", "seed"}
+    known = {"enabled", "responses_per_step", "max_tokens_per_response", "steps", "seed"}
     unknown = sorted(set(section) - known)
     if unknown:
-        raise ConfigError(
-            f"reporting.token_report: unknown key(s) {unknown}; use {sorted(known)}"
-        )
+        raise ConfigError(f"reporting.token_report: unknown key(s) {unknown}; use {sorted(known)}")
     defaults = TokenReportOptions()
     values: dict[str, Any] = {}
     for key in ("responses_per_step", "max_tokens_per_response"):
         value = section.get(key, getattr(defaults, key))
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"reporting.token_report.{key} must be a positive integer, got {value!r}")
+            raise ConfigError(
+                f"reporting.token_report.{key} must be a positive integer, got {value!r}"
+            )
         values[key] = value
+    enabled = section.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(
+            f"reporting.token_report.enabled must be true or false (unquoted), got {enabled!r}"
+        )
     seed = section.get("seed", defaults.seed)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"reporting.token_report.seed must be a non-negative integer, got {seed!r}")
+        raise ConfigError(
+            f"reporting.token_report.seed must be a non-negative integer, got {seed!r}"
+        )
     steps = section.get("steps")
     if isinstance(steps, int) and not isinstance(steps, bool):
         steps = [steps]
@@ -144,16 +153,17 @@ def token_report_options(section: Any) -> TokenReportOptions:
             f"non-negative integer steps, got {steps!r}"
         )
     return TokenReportOptions(
-        steps=None if steps is None else tuple(sorted(set(steps))), seed=seed, **values
+        steps=None if steps is None else tuple(sorted(set(steps))),
+        seed=seed,
+        enabled=enabled,
+        **values,
     )
 
 
 # ------------------------------------------------------------------ choosing and reading
 
 
-def choose_keys(
-    keys: Iterable[tuple[int, int]], n: int, seed: int
-) -> list[tuple[int, int]]:
+def choose_keys(keys: Iterable[tuple[int, int]], n: int, seed: int) -> list[tuple[int, int]]:
     """The responses a run shows: ``n`` (prompt_index, sample_index) keys, reproducibly.
 
     The distinct keys are sorted, shuffled with ``numpy.random.default_rng(seed)`` and the first
@@ -369,9 +379,7 @@ def build_report(
         available = sorted({i.step for i in steps})
         absent = [s for s in options.steps if s not in available]
         if absent:
-            notes.append(
-                f"reporting.token_report.steps lists step(s) {absent} that no run has"
-            )
+            notes.append(f"reporting.token_report.steps lists step(s) {absent} that no run has")
         by_run = {
             run: [i for i in items if i.step in options.steps] for run, items in by_run.items()
         }
@@ -383,7 +391,9 @@ def build_report(
             )
     prompt_text: dict[int, str] = {}
     if prompts is not None and "prompt" in prompts.columns:
-        prompt_text = {int(p): str(t) for p, t in zip(prompts["prompt_index"], prompts["prompt"])}
+        prompt_text = {
+            int(p): str(t) for p, t in zip(prompts["prompt_index"], prompts["prompt"], strict=True)
+        }
     runs = []
     max_entropy = 0.0
     for run, items in by_run.items():
@@ -460,7 +470,7 @@ def _run_payload(
                 used_ids.update(ids)
             known.update(zip(response["id"], response["text"], strict=True))
             if response["ent"]:
-                max_entropy = max(max_entropy, max(response["ent"]))
+                max_entropy = max(max_entropy, *response["ent"])
             shown.append(response)
         responses[str(item.step)] = shown
         step_payloads.append(
@@ -489,7 +499,9 @@ def _run_payload(
     vocab = vocabulary_texts(used_ids, tokenizer, known)
     prompt_ids = {}
     for frame in sequences.values():
-        prompt_ids.update(zip(frame["prompt_index"].astype(int), frame["prompt_id"].astype(str)))
+        prompt_ids.update(
+            zip(frame["prompt_index"].astype(int), frame["prompt_id"].astype(str), strict=True)
+        )
     chosen_prompts = sorted({p for p, _ in keys})
     return (
         {
@@ -700,7 +712,9 @@ function frac(h) { return h <= DATA.scale.min ? 0 : (Math.log10(h) - lo) / (hi -
 function bin(h) { return Math.max(0, Math.min(NBINS - 1, Math.floor(frac(h) * NBINS))); }
 (function () {
   let css = "";
-  for (let i = 0; i < NBINS; i++) css += ".c" + i + "{background:" + colour((i + 0.5) / NBINS) + "}";
+  for (let i = 0; i < NBINS; i++) {
+    css += ".c" + i + "{background:" + colour((i + 0.5) / NBINS) + "}";
+  }
   document.head.appendChild(el("style", null, css));
 })();
 function fmt(x, d) {
@@ -827,9 +841,12 @@ function draw() {
     let shown = 0;
     steps.forEach((st) => {
       const r = (run.responses[String(st.step)] || []).find((x) => x.p === p && x.s === s);
-      if (!r) { const c = el("section", "resp"); c.append(el("div", "resphead",
-        "step " + st.step + ": no such response"), el("div", "body more", "")); cells.appendChild(c);
-        return; }
+      if (!r) {
+        const c = el("section", "resp");
+        c.append(el("div", "resphead", "step " + st.step + ": no such response"));
+        cells.appendChild(c);
+        return;
+      }
       const cell = drawCell(run, st, r);
       if (cSel !== "all" && String(r.correct) !== cSel) cell.classList.add("filtered");
       else shown++;

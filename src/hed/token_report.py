@@ -29,6 +29,7 @@ never runs.
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import logging
 import math
@@ -185,9 +186,9 @@ def choose_keys(keys: Iterable[tuple[int, int]], n: int, seed: int) -> list[tupl
     return sorted(distinct[i] for i in order)
 
 
-def read_response_records(
+def read_response_table(
     records: ds.Dataset, keys: Sequence[tuple[int, int]], max_tokens: int
-) -> pd.DataFrame:
+) -> pa.Table:
     """The merged records of the responses ``keys``, their first ``max_tokens`` positions only.
 
     Memory-bounded: a pyarrow filter (prompt_index in the keys' prompts, sample_index in their
@@ -200,23 +201,32 @@ def read_response_records(
         max_tokens: positions kept per response.
 
     Returns:
-        :data:`RECORD_COLUMNS`, sorted by (prompt_index, sample_index, position).
+        An Arrow table of :data:`RECORD_COLUMNS`, sorted by (prompt_index, sample_index,
+        position).
     """
-    if not keys:
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in RECORD_COLUMNS})
-    prompts = sorted({p for p, _ in keys})
-    samples = sorted({s for _, s in keys})
+    prompts = sorted({int(p) for p, _ in keys})
+    samples = sorted({int(s) for _, s in keys})
     expr = (
         pc.field("prompt_index").isin(pa.array(prompts, pa.int32()))
         & pc.field("sample_index").isin(pa.array(samples, pa.int16()))
         & (pc.field("position") < max_tokens)
     )
     table = records.to_table(columns=RECORD_COLUMNS, filter=expr)
-    frame = table.to_pandas()
-    wanted = pd.MultiIndex.from_tuples(list(keys), names=["prompt_index", "sample_index"])
-    pairs = pd.MultiIndex.from_arrays([frame["prompt_index"], frame["sample_index"]])
-    frame = frame[pairs.isin(wanted)]
-    return frame.sort_values(["prompt_index", "sample_index", "position"], kind="stable")
+    pair = np.asarray(table["prompt_index"]).astype(np.int64) << 16 | np.asarray(
+        table["sample_index"]
+    ).astype(np.int64)
+    wanted = np.array([int(p) << 16 | int(s) for p, s in keys], dtype=np.int64)
+    table = table.filter(pa.array(np.isin(pair, wanted)))
+    return table.sort_by(
+        [("prompt_index", "ascending"), ("sample_index", "ascending"), ("position", "ascending")]
+    )
+
+
+def read_response_records(
+    records: ds.Dataset, keys: Sequence[tuple[int, int]], max_tokens: int
+) -> pd.DataFrame:
+    """:func:`read_response_table` as a pandas DataFrame (notebooks)."""
+    return read_response_table(records, keys, max_tokens).to_pandas()
 
 
 def load_tokenizer(model_dir: str | Path | None) -> Any | None:
@@ -302,9 +312,20 @@ def _as_dataset(data: Any) -> ds.Dataset:
     return ds.dataset(data)
 
 
-def _sig(values: np.ndarray, digits: int) -> list[float]:
-    """Values rounded to ``digits`` significant digits (JSON stays short)."""
-    return [float(f"{v:.{digits}g}") for v in np.asarray(values, dtype=np.float64)]
+def _sig(values: Any, digits: int) -> list[float]:
+    """Values rounded to ``digits`` significant digits, as Python floats (JSON stays short).
+
+    Vectorised: x → round(x·10^k)/10^k with k = digits − 1 − ⌊log10 |x|⌋; IEEE division is
+    correctly rounded, so the result is the float nearest the decimal (``repr`` is short).
+    """
+    x = np.asarray(values, dtype=np.float64)
+    out = np.zeros_like(x)
+    nonzero = np.isfinite(x) & (x != 0)
+    v = x[nonzero]
+    k = digits - 1 - np.floor(np.log10(np.abs(v)))
+    scale = 10.0 ** np.abs(k)
+    out[nonzero] = np.where(k >= 0, np.round(v * scale) / scale, np.round(v / scale) * scale)
+    return out.tolist()
 
 
 def _nullable(value: Any) -> Any:
@@ -315,15 +336,51 @@ def _nullable(value: Any) -> Any:
     return value
 
 
+def _fixed_width(column: pa.ChunkedArray, fill: float) -> np.ndarray:
+    """A list<...> column as a (rows, k) array, k = the longest list; shorter rows padded."""
+    array = column.combine_chunks()
+    lengths = np.asarray(pc.fill_null(pc.list_value_length(array), 0), dtype=np.int64)
+    k = int(lengths.max()) if len(lengths) else 0
+    flat = np.asarray(array.flatten())
+    if (lengths == k).all():
+        return flat.reshape(len(lengths), k)
+    out = np.full((len(lengths), k), fill, dtype=np.float64)
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    cols = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    out[rows, cols] = flat
+    return out
+
+
+def _table_columns(table: pa.Table, words: dict[str, int]) -> dict[str, list[Any]]:
+    """The page's per-token arrays of a whole table, computed at once.
+
+    One entry per row, except ``kid``/``kp`` (top-k ids and probabilities, row-major, ``k``
+    per row; rows with fewer alternatives padded with id −1) and the scalar ``k``.
+    """
+    word = pc.fill_null(table["word"], "").combine_chunks().dictionary_encode()
+    codes = np.array([words.setdefault(str(w), len(words)) for w in word.dictionary.to_pylist()])
+    category = pc.fill_null(table["category"], "other").to_pylist()
+    topk_ids = _fixed_width(table["topk_token_ids"], -1)
+    topk_probs = _fixed_width(table["topk_probs"], 0.0)
+    return {
+        "k": topk_ids.shape[1],
+        "text": pc.fill_null(table["token_text"], "").to_pylist(),
+        "id": np.asarray(table["token_id"]).astype(int).tolist(),
+        "ent": _sig(np.asarray(table["entropy"]), 4),
+        "prob": _sig(np.asarray(table["prob"]), 4),
+        "kid": topk_ids.astype(np.int64).ravel().tolist(),
+        "kp": _sig(topk_probs.ravel(), 3),
+        "w": codes[np.asarray(word.indices)].tolist() if len(codes) else [],
+        "cat": [CATEGORY_CODES.get(c, 0) for c in category],
+        "he": np.asarray(pc.fill_null(table["is_high_entropy"], False)).astype(int).tolist(),
+        "sp": np.asarray(pc.fill_null(table["is_special"], False)).astype(int).tolist(),
+    }
+
+
 def _response_payload(
-    rows: pd.DataFrame, seq: Mapping[str, Any], words: dict[str, int]
+    columns: Mapping[str, list[Any]], start: int, stop: int, seq: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """One response's arrays (one entry per shown token) and its header fields."""
-    topk_ids = rows["topk_token_ids"].tolist()
-    topk_probs = rows["topk_probs"].tolist()
-    word_codes = []
-    for word in rows["word"].fillna(""):
-        word_codes.append(words.setdefault(str(word), len(words)))
+    """One response: its header fields and rows ``start:stop`` of the table's arrays."""
     n_tokens = _nullable(seq.get("n_tokens"))
     return {
         "p": int(seq["prompt_index"]),
@@ -331,17 +388,15 @@ def _response_payload(
         "correct": _nullable(seq.get("correct")),
         "answer": _nullable(seq.get("extracted_answer")),
         "finish": _nullable(seq.get("finish_reason")),
-        "n_tokens": int(n_tokens) if n_tokens is not None else len(rows),
-        "text": rows["token_text"].fillna("").tolist(),
-        "id": rows["token_id"].astype(int).tolist(),
-        "ent": _sig(rows["entropy"].to_numpy(), 4),
-        "prob": _sig(rows["prob"].to_numpy(), 4),
-        "kid": [[int(i) for i in ids] if ids is not None else [] for ids in topk_ids],
-        "kp": [_sig(p, 3) if p is not None else [] for p in topk_probs],
-        "w": word_codes,
-        "cat": [CATEGORY_CODES.get(str(c), 0) for c in rows["category"].fillna("other")],
-        "he": rows["is_high_entropy"].fillna(False).astype(int).tolist(),
-        "sp": rows["is_special"].fillna(False).astype(int).tolist(),
+        "n_tokens": int(n_tokens) if n_tokens is not None else stop - start,
+        "k": columns["k"],
+        **{
+            name: values[start:stop]
+            for name, values in columns.items()
+            if name not in ("k", "kid", "kp")
+        },
+        "kid": columns["kid"][start * columns["k"] : stop * columns["k"]],
+        "kp": columns["kp"][start * columns["k"] : stop * columns["k"]],
     }
 
 
@@ -458,20 +513,24 @@ def _run_payload(
             for r in frame.to_dict(orient="records")
         }
         present = [k for k in keys if k in seq_by_key]
-        rows = read_response_records(
+        table = read_response_table(
             _as_dataset(item.records), present, options.max_tokens_per_response
         )
+        columns = _table_columns(table, words)
+        pair = np.stack([np.asarray(table["prompt_index"]), np.asarray(table["sample_index"])])
+        starts = np.flatnonzero(np.r_[True, (pair[:, 1:] != pair[:, :-1]).any(axis=0)])
+        bounds = np.r_[starts, table.num_rows].tolist() if table.num_rows else [0]
         shown = []
-        for (p, s), group in rows.groupby(["prompt_index", "sample_index"], sort=True):
-            response = _response_payload(group, seq_by_key[(int(p), int(s))], words)
-            n_cut += response["n_tokens"] > len(response["text"])
-            used_ids.update(response["id"])
-            for ids in response["kid"]:
-                used_ids.update(ids)
-            known.update(zip(response["id"], response["text"], strict=True))
-            if response["ent"]:
-                max_entropy = max(max_entropy, *response["ent"])
+        for start, stop in itertools.pairwise(bounds):
+            key = (int(pair[0, start]), int(pair[1, start]))
+            response = _response_payload(columns, start, stop, seq_by_key[key])
+            n_cut += response["n_tokens"] > stop - start
             shown.append(response)
+        used_ids.update(columns["id"])
+        used_ids.update(i for i in set(columns["kid"]) if i >= 0)
+        known.update(zip(columns["id"], columns["text"], strict=True))
+        if columns["ent"]:
+            max_entropy = max(max_entropy, *columns["ent"])
         responses[str(item.step)] = shown
         step_payloads.append(
             {
@@ -640,7 +699,8 @@ h1 { font-size: 17px; margin: 0 0 2px; font-weight: 650; }
 .key { display: inline-flex; gap: 6px; align-items: center; }
 .key .t { padding: 0 3px; }
 main { padding: 12px 18px 24px; }
-.row { background: #fff; border: 1px solid #dfe2e6; border-radius: 6px; margin-bottom: 14px; }
+.row { content-visibility: auto; contain-intrinsic-size: auto 320px;
+  background: #fff; border: 1px solid #dfe2e6; border-radius: 6px; margin-bottom: 14px; }
 .rowhead { padding: 7px 12px; border-bottom: 1px solid #eceef1; font-size: 13px; }
 .rowhead b { font-weight: 600; }
 .rowhead .pid { color: var(--muted); font-family: ui-monospace, monospace; font-size: 11.5px; }
@@ -879,7 +939,10 @@ function showTip(span, ev) {
   tipRow(t, "position", String(i) + " of " + r.n_tokens);
   tipRow(t, "token id", String(r.id[i]) + (r.sp[i] ? " (special)" : ""));
   tip.appendChild(t);
-  const ids = r.kid[i], ps = r.kp[i];
+  const ids = [], ps = [];
+  for (let j = i * r.k; j < (i + 1) * r.k; j++) {
+    if (r.kid[j] >= 0) { ids.push(r.kid[j]); ps.push(r.kp[j]); }
+  }
   if (ids.length) {
     tip.appendChild(el("h4", null, "top-" + ids.length + " alternatives"));
     const alt = el("table");

@@ -25,18 +25,9 @@ from hed import token_report as tr
 from hed.errors import ConfigError
 from hed.token_text import DECODE_KWARGS
 
+from .browser import open_page
 from .token_report_demo import RESPONSES, RUN, STEPS, demo_prompts, demo_step
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 SCRIPT_KEY = (1, 0)  # the response with <script>alert(1)</script> and </span>
 PWNED_KEY = (1, 1)  # the response with <script>window.__pwned=1</script> and <b>
 
@@ -72,38 +63,13 @@ def demo(tokenizer):
 @pytest.fixture(scope="module")
 def page(demo, tmp_path_factory):
     """The demo report open in headless chromium (offline, fresh profile), ready to read."""
-    from playwright.sync_api import sync_playwright
-
     _, report = demo
     root = tmp_path_factory.mktemp("token_report")
     path = root / "token_report.html"
     path.write_text(tr.render_html(report), encoding="utf-8")
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(root / "profile"),  # a fresh --user-data-dir
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            offline=True,
-            viewport={"width": 1400, "height": 900},
-        )
-        tab = context.pages[0] if context.pages else context.new_page()
-        events = {"requests": [], "dialogs": [], "errors": [], "console": []}
-        tab.on("request", lambda r: events["requests"].append(r.url))
-        tab.on("pageerror", lambda e: events["errors"].append(str(e)))
-        tab.on("console", lambda m: events["console"].append(m.text))
-
-        def on_dialog(dialog):
-            events["dialogs"].append(dialog.message)
-            dialog.dismiss()
-
-        tab.on("dialog", on_dialog)
-        tab.goto(path.as_uri())
-        tab.wait_for_function("document.body.dataset.ready === '1'", timeout=15_000)
-        tab.events = events
+    with open_page(path, root / "profile") as tab:
         tab.path = path
         yield tab
-        context.close()
 
 
 def cell(tab, step: int, key: tuple[int, int]):

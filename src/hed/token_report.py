@@ -837,11 +837,11 @@ function prompts(run) {
 }
 function summary(run) {
   const n = run.steps.reduce((a, s) => a + s.n_shown, 0);
-  $("summary").textContent = "run " + run.run + " \u00B7 role " + run.role + " \u00B7 " +
-    run.steps.length + " step(s) \u00B7 " + run.keys.length + " (prompt, sample) of up to " +
-    DATA.options.responses_per_step + " per step, seed " + DATA.options.seed +
-    " \u00B7 " + n + " responses in the page \u00B7 first " +
-    DATA.options.max_tokens_per_response + " tokens each";
+  $("summary").textContent = "run " + run.run + " (" + run.role + ") \u00B7 " +
+    run.steps.length + " step(s) \u00B7 the same " + run.keys.length +
+    " (prompt, sample) responses at every step, chosen with seed " + DATA.options.seed +
+    " \u00B7 " + n + " responses in the page, up to " + DATA.options.max_tokens_per_response +
+    " tokens each";
 }
 function notes() {
   const box = $("notes"); box.textContent = "";
@@ -861,6 +861,9 @@ function drawCell(run, step, r) {
   head.append(el("span", "step", "step " + step.step), el("span", v[1], v[0]));
   if (r.answer !== null) head.appendChild(el("span", null, "answer " + r.answer));
   head.appendChild(el("span", null, r.n_tokens + " tokens, " + (r.finish || "?")));
+  let nHe = 0, nA = 0;
+  for (let i = 0; i < r.he.length; i++) { nHe += r.he[i]; if (r.he[i] && r.cat[i] === 1) nA++; }
+  head.appendChild(el("span", null, nHe + " high-entropy (" + nA + " anthropomorphic)"));
   if (step.threshold !== null) head.appendChild(el("span", "na", "threshold " +
     fmt(step.threshold, 3) + " nats"));
   const body = el("div", "body"), frag = document.createDocumentFragment();

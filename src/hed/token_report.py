@@ -726,7 +726,7 @@ main { padding: 12px 18px 24px; }
 .t.a { box-shadow: inset 0 -3px 0 var(--anthro); }
 .t.r { box-shadow: inset 0 -2px 0 var(--reason); }
 .t.sp { color: var(--muted); font-style: italic; }
-.t.nl::before { content: "\\21B5"; color: #9aa0a6; }
+.t.nl::before { content: "\\21B5"; color: #6b7280; }
 .t.empty::before { content: "\\25AF"; color: #c0c4c9; }
 .t:hover, .t.pin { outline: 2px solid #111; outline-offset: 0; }
 .empty-grid { color: var(--muted); padding: 30px; text-align: center; }
@@ -752,8 +752,9 @@ _JS = r"""
 (function () {
 const t0 = performance.now();
 const DATA = JSON.parse(document.getElementById("hed-data").textContent);
-const STOPS = [[255,255,255],[255,246,213],[255,226,143],[255,193,84],[255,153,68],
-  [244,106,67],[226,71,92]];
+// white → pale yellow → orange → salmon → rose: light enough for black text at every level
+const STOPS = [[255,255,255],[255,248,222],[255,234,166],[255,210,122],[255,178,102],
+  [249,143,114],[238,112,142]];
 const NBINS = 48;
 const CATS = ["other", "anthropomorphic", "reasoning"];
 const lo = Math.log10(DATA.scale.min), hi = Math.log10(DATA.scale.max);

@@ -324,3 +324,9 @@ def test_entropy_scale_is_a_nice_ceiling(demo):
     assert top <= report["scale"]["max"] < 2.5 * top
     assert tr._nice_ceiling(0.672) == 1.0 and tr._nice_ceiling(1.2) == 2.0
     assert tr._nice_ceiling(3.1) == 5.0 and tr._nice_ceiling(10.0) == 10.0
+
+
+def test_significant_digit_rounding_gives_short_exact_decimals():
+    got = tr._sig([0.49600001, 1.23456e-5, 12345.6, 0.0, -0.0317549, 0.99996], 3)
+    assert got == [0.496, 1.23e-05, 12300.0, 0.0, -0.0318, 1.0]
+    assert json.dumps(got) == "[0.496, 1.23e-05, 12300.0, 0.0, -0.0318, 1.0]"

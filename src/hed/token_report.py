@@ -34,7 +34,7 @@ import json
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -290,7 +290,6 @@ class StepInput:
     model_dir: str | None = None
     threshold: float | None = None
     top_entropy_frac: float | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 def _as_frame(data: Any, columns: Sequence[str]) -> pd.DataFrame:
@@ -529,8 +528,8 @@ def _run_payload(
         used_ids.update(columns["id"])
         used_ids.update(i for i in set(columns["kid"]) if i >= 0)
         known.update(zip(columns["id"], columns["text"], strict=True))
-        if columns["ent"]:
-            max_entropy = max(max_entropy, *columns["ent"])
+        if table.num_rows:
+            max_entropy = max(max_entropy, float(pc.max(table["entropy"]).as_py() or 0.0))
         responses[str(item.step)] = shown
         step_payloads.append(
             {

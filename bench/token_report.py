@@ -72,7 +72,7 @@ CATEGORY = {
 
 
 def synthetic_step(step: int, responses: int, tokens: int, seed: int = 0):
-    """Merged records and sequences of one synthetic step (schemas of DESIGN.md §4.1/§4.2)."""
+    """Merged records and sequences of one synthetic step (schemas of docs/datasets.md)."""
     rng = np.random.default_rng(seed + step)
     n = responses * tokens
     vocab = np.array([" " + w for w in WORDS] + [",", ".", " =", " 42", "\n", " 7", ":"])

@@ -53,7 +53,7 @@ def default_lexicon():
 
 
 def demo_step(tokenizer, step: int, seed: int = 0) -> tuple[pa.Table, pd.DataFrame]:
-    """Merged records and sequences of one demo step (schemas of DESIGN.md §4.1/§4.2)."""
+    """Merged records and sequences of one demo step (schemas of docs/datasets.md)."""
     rng = np.random.default_rng(seed + step)
     lexicon = default_lexicon()
     vocab = len(tokenizer)

@@ -49,7 +49,7 @@ from hed.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 FORMAT = "hed.token_report/1"
-#: Columns of the merged records the page needs (DESIGN.md §4.1; merged adds the last three).
+#: Columns of the merged records the page reads (docs/datasets.md; the last three are merged-only).
 RECORD_COLUMNS = [
     "prompt_index",
     "sample_index",
@@ -275,7 +275,7 @@ class StepInput:
 
     Attributes:
         run, role, step: identify the step.
-        sequences: the step's merged responses (DESIGN.md §4.2), a DataFrame or lazy dataset.
+        sequences: the step's merged responses (docs/datasets.md), a DataFrame or lazy dataset.
         records: the step's merged token records (lazy dataset or table).
         model_dir: checkpoint folder whose tokenizer names the alternatives (None: no tokenizer).
         threshold: the step's high-entropy threshold in nats (None: unknown).

@@ -88,15 +88,17 @@ def page_data(page: str) -> dict:
 
 def test_node_reads_every_step_and_writes_the_versioned_page(saved_inputs, tokenizer, smollm2_dir):
     root, thresholds = saved_inputs
-    params = params_for({"responses_per_step": 3, "seed": 1})
+    params = params_for({"responses_per_step": 5, "seed": 3})
     page = run_node(root, params)
-    files = list((root / "data/08_reporting/token_report/token_report.html").glob("*/*.html"))
-    assert [f.parent.name for f in files] == ["2025-01-02T00.00.00.000Z"]
     data = page_data(page)
     (run,) = data["runs"]
+    files = list((root / "data/08_reporting/token_report/token_report.html").glob("*/*.html"))
+    assert [f.parent.name for f in files] == ["2025-01-02T00.00.00.000Z"]
+    assert files[0].read_bytes().decode("utf-8") == page
+    assert [1, 1] in run["keys"] and "\u00d7" in page  # "×" of response (1, 1): not ASCII
     assert run["run"] == RUN and [s["step"] for s in run["steps"]] == list(STEPS)
     assert [s["threshold"] for s in run["steps"]] == thresholds["threshold"].tolist()
-    assert [s["n_shown"] for s in run["steps"]] == [3, 3]
+    assert [s["n_shown"] for s in run["steps"]] == [5, 5]
     assert run["vocab_source"] == f"the tokenizer of {smollm2_dir}"
     for tid, text in list(run["vocab"].items())[:50]:
         assert text == tokenizer.decode([int(tid)], **DECODE_KWARGS)

@@ -538,7 +538,7 @@ def _run_payload(
                 "top_entropy_frac": _nullable(item.top_entropy_frac),
                 "n_responses": len(frame),
                 "n_shown": len(shown),
-                "n_correct": int(frame["correct"].fillna(False).astype(bool).sum())
+                "n_correct": int(frame["correct"].astype("boolean").fillna(False).sum())
                 if "correct" in frame
                 else None,
             }
@@ -656,6 +656,7 @@ style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
 <header id="top">
   <h1>__TITLE__</h1>
   <div id="summary"></div>
+  <div id="stepinfo"></div>
   <div id="controls">
     <label>run <select id="run"></select></label>
     <span id="steps" class="group"></span>
@@ -684,7 +685,9 @@ body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, 
 header { position: sticky; top: 0; z-index: 5; background: #fff; border-bottom: 1px solid #d8dbe0;
   padding: 10px 18px 8px; box-shadow: 0 1px 3px rgba(0,0,0,.05); }
 h1 { font-size: 17px; margin: 0 0 2px; font-weight: 650; }
-#summary { color: var(--muted); font-size: 12.5px; margin-bottom: 6px; }
+#summary { color: var(--muted); font-size: 12.5px; margin-bottom: 2px; }
+#stepinfo { display: flex; flex-wrap: wrap; gap: 2px 22px; color: #374151; font-size: 12.5px;
+  margin-bottom: 6px; }
 #controls { display: flex; flex-wrap: wrap; gap: 6px 16px; align-items: center; font-size: 13px; }
 #controls select { font: inherit; padding: 1px 4px; max-width: 340px; }
 .group { display: inline-flex; gap: 8px; align-items: center; flex-wrap: wrap; }
@@ -842,6 +845,16 @@ function summary(run) {
     " (prompt, sample) responses at every step, chosen with seed " + DATA.options.seed +
     " \u00B7 " + n + " responses in the page, up to " + DATA.options.max_tokens_per_response +
     " tokens each";
+  const box = $("stepinfo"); box.textContent = "";
+  run.steps.forEach((st) => {
+    const parts = ["step " + st.step];
+    if (st.threshold !== null) parts.push("high-entropy \u2265 " + fmt(st.threshold, 3) +
+      " nats" + (st.top_entropy_frac !== null ? " (top " + Math.round(100 *
+      st.top_entropy_frac) + "%)" : ""));
+    if (st.n_correct !== null) parts.push(st.n_correct + "/" + st.n_responses + " correct");
+    parts.push(st.n_shown + " shown");
+    box.appendChild(el("span", null, parts.join(" \u00B7 ")));
+  });
 }
 function notes() {
   const box = $("notes"); box.textContent = "";
@@ -864,8 +877,7 @@ function drawCell(run, step, r) {
   let nHe = 0, nA = 0;
   for (let i = 0; i < r.he.length; i++) { nHe += r.he[i]; if (r.he[i] && r.cat[i] === 1) nA++; }
   head.appendChild(el("span", null, nHe + " high-entropy (" + nA + " anthropomorphic)"));
-  if (step.threshold !== null) head.appendChild(el("span", "na", "threshold " +
-    fmt(step.threshold, 3) + " nats"));
+
   const body = el("div", "body"), frag = document.createDocumentFragment();
   for (let i = 0; i < r.text.length; i++) {
     const txt = r.text[i], sp = document.createElement("span");

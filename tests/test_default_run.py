@@ -288,3 +288,32 @@ def test_dynamics_tables_equal_independent_numpy_on_the_demo(default_project):
                 assert row[key] == pytest.approx(number, rel=1e-9, abs=1e-12), key
     for name in ("advantage_covariance_by_step.png", "entropy_by_correctness.png"):
         assert latest(default_project / "data/08_reporting/figures" / name).stat().st_size > 0
+
+
+def test_token_report_of_the_demo_in_chromium(default_project, tmp_path):
+    """The demo's own token_report_html, opened from disk offline: one span per record of
+    the chosen responses (8 of the 12, `reporting.token_report`), each response's exact text,
+    alternatives named by the checkpoint's tokenizer."""
+    from .browser import open_page
+
+    path = latest(default_project / "data/08_reporting/token_report/token_report.html")
+    step = default_project / f"data/03_primary/token_records/{RUN}/step_0"
+    records = pq.read_table(
+        latest(step.with_suffix(".parquet")), columns=["prompt_index", "sample_index"]
+    ).to_pandas()
+    seqs = pq.read_table(latest(step.with_suffix(".sequences.parquet"))).to_pandas()
+    with open_page(path, tmp_path / "profile") as page:
+        assert page.events["requests"] == [path.as_uri()] and page.events["errors"] == []
+        shown = page.eval_on_selector_all(".resp", "c => c.map(e => e.dataset.key)")
+        keys = {tuple(int(v) for v in key.split(":")[1:]) for key in shown}
+        assert len(shown) == len(keys) == 8
+        pairs = records.apply(tuple, axis=1)
+        assert page.locator("#grid span.t").count() == int(pairs.isin(keys).sum())
+        for p, s in sorted(keys)[:3]:
+            text = page.locator(f'.resp[data-key="0:{p}:{s}"] .body').evaluate(
+                "b => [...b.querySelectorAll('span.t')].map(x => x.textContent).join('')"
+            )
+            row = seqs[(seqs["prompt_index"] == p) & (seqs["sample_index"] == s)].iloc[0]
+            assert text == row["response_text"]
+        notes = page.locator("#notes").inner_text()
+        assert "8 of 12 responses" in notes and "no tokenizer" not in notes

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from hed import figures
+from hed import figures, token_report
 from hed.errors import ConfigError
 from hed.sections import (
     fig2_measure_param,
@@ -470,3 +470,59 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     return str(value)
+
+
+# ------------------------------------------------------------------ token report (HTML)
+
+
+def build_token_report(
+    reporting: dict[str, Any],
+    checkpoints: dict[str, Any],
+    entropy_thresholds: pd.DataFrame,
+    prompts: pd.DataFrame,
+    *step_tables: Any,
+    run_steps: Sequence[tuple[str, str, int]],
+) -> str:
+    """The ``token_report_html`` page: chosen responses of every step, coloured by entropy.
+
+    Args:
+        reporting: ``params:reporting`` (its ``token_report`` section, docs/token_report.md).
+        checkpoints: generation's ``checkpoints``; each step's ``model_dir`` holds the
+            tokenizer that names the top-k alternatives (missing folder: recorded texts).
+        entropy_thresholds: one row per (run, step): ``threshold`` (nats), ``top_entropy_frac``.
+        prompts: the ``prompts`` table (prompt text above each row of the page).
+        *step_tables: per (run, step) of ``run_steps``, its ``sequences`` then its
+            ``token_records`` (lazy pyarrow datasets; only the chosen rows are read).
+        run_steps: ``(run, role, step)`` of the tables, bound when the pipeline is built.
+
+    Returns:
+        One self-contained HTML document (:func:`hed.token_report.render_html`).
+
+    Raises:
+        ConfigError: a malformed ``reporting.token_report`` section, or ``steps`` matching no
+            step.
+    """
+    options = token_report.token_report_options(reporting_section(reporting).get("token_report"))
+    thresholds = {
+        (str(r["run"]), int(r["step"])): r for r in entropy_thresholds.to_dict(orient="records")
+    }
+    steps = []
+    for i, (run, role, step) in enumerate(run_steps):
+        row = thresholds.get((run, int(step)), {})
+        model = ((checkpoints.get(run) or {}).get("steps") or {}).get(str(step)) or {}
+        steps.append(
+            token_report.StepInput(
+                run=run,
+                role=role,
+                step=int(step),
+                sequences=step_tables[2 * i],
+                records=step_tables[2 * i + 1],
+                model_dir=model.get("model_dir"),
+                threshold=row.get("threshold"),
+                top_entropy_frac=row.get("top_entropy_frac"),
+            )
+        )
+    report = token_report.build_report(steps, options, prompts=prompts)
+    for note in report["notes"]:
+        logger.info("token report leaves out: %s", note)
+    return token_report.render_html(report)

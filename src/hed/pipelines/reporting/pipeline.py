@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.layout import active_params
+from hed.layout import active_params, layout_from_params
 from hed.pipelines.binding import bound
 from hed.provenance import RUN_CONTEXT
 
@@ -14,6 +15,7 @@ from .nodes import (
     build_figure2_table,
     build_figure3_table,
     build_resolved_config,
+    build_token_report,
     figure2_dataset,
     plan_figures,
     plot_figure2_png,
@@ -43,7 +45,7 @@ def create_pipeline(params: dict[str, Any] | None = None, **kwargs) -> Pipeline:
     params = active_params() if params is None else params
     figure2 = figure2_dataset(params.get("runs") or {})
     tags = ["reporting"]
-    return Pipeline(
+    figures_pipeline = Pipeline(
         [
             Node(
                 func=plan_figures,
@@ -104,3 +106,38 @@ def create_pipeline(params: dict[str, Any] | None = None, **kwargs) -> Pipeline:
             ),
         ]
     )
+    return figures_pipeline + token_report_pipeline(params)
+
+
+def token_report_pipeline(params: dict[str, Any]) -> Pipeline:
+    """The ``build_token_report`` node → ``token_report_html`` (docs/token_report.md).
+
+    Present when ``reporting.token_report`` is in the parameters (conf/base has it) and its
+    ``enabled`` is not false; empty otherwise. The node reads every (run, step) of the layout:
+    ``<run>.step_<step>.sequences`` and ``<run>.step_<step>.token_records`` (merged, lazy),
+    plus ``checkpoints`` (tokenizer folders), ``entropy_thresholds`` and ``prompts``.
+
+    Args:
+        params: the environment's parameters (``runs``, ``generation``, ``reporting``).
+    """
+    section = (params.get("reporting") or {}).get("token_report", False)
+    if section is False or (isinstance(section, dict) and section.get("enabled") is False):
+        return Pipeline([])
+    layout = layout_from_params(params)
+    run_steps = [(run.name, run.role, step) for run, step in layout.run_steps()]
+    tables = [
+        f"{run}.step_{step}.{name}"
+        for run, _, step in run_steps
+        for name in ("sequences", "token_records")
+    ]
+    with warnings.catch_warnings():
+        # `<run>.step_<step>.<table>`: dotted names are the user contract (docs/datasets.md)
+        warnings.filterwarnings("ignore", message="One or more dataset names contain '.'")
+        node = Node(
+            func=bound(build_token_report, run_steps=run_steps),
+            inputs=["params:reporting", "checkpoints", "entropy_thresholds", "prompts", *tables],
+            outputs="token_report_html",
+            name="build_token_report",
+            tags=["reporting"],
+        )
+    return Pipeline([node])

@@ -29,6 +29,7 @@ Publishing the artifacts a run names is :mod:`hed.publishing`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import subprocess
@@ -36,6 +37,8 @@ from collections.abc import Iterable, Mapping
 from importlib import metadata
 from typing import Any
 
+import numpy as np
+import pandas as pd
 from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError
 
 from hed.errors import one_line
@@ -211,3 +214,38 @@ def _runner_name(runner: Any) -> Any:
     if isinstance(runner, str) and " object at 0x" in runner:
         return runner.strip("<>").split(" object at ")[0]
     return runner
+
+
+def table_coverage(frame: pd.DataFrame) -> dict[str, Any]:
+    """Rows and, per run, the steps a (run, step, ...) table holds (``resolved_config`` inputs).
+
+    Returns:
+        ``{"rows": n}``, plus ``{"steps": {run: [step, ...]}}`` when the table has run and step.
+    """
+    if not {"run", "step"} <= set(frame.columns):
+        return {"rows": len(frame)}
+    steps = frame[["run", "step"]].drop_duplicates().sort_values(["run", "step"])
+    return {
+        "rows": len(frame),
+        "steps": {
+            str(run): [int(s) for s in group["step"]]
+            for run, group in steps.groupby("run", sort=True)
+        },
+    }
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with numpy/pandas scalars, tuples and NaN turned into plain JSON values."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)

@@ -997,3 +997,40 @@ window.hedRenderMs = performance.now() - t0;
 document.body.dataset.ready = "1";
 })();
 """
+
+
+def step_inputs(
+    run_steps: Sequence[tuple[str, str, int]],
+    checkpoints: Mapping[str, Any],
+    entropy_thresholds: pd.DataFrame,
+    step_tables: Sequence[Any],
+) -> list[StepInput]:
+    """One :class:`StepInput` per (run, role, step) of ``run_steps``.
+
+    Args:
+        run_steps: ``(run, role, step)`` in the order of ``step_tables``.
+        checkpoints: generation's ``checkpoints`` (each step's ``model_dir``: its tokenizer).
+        entropy_thresholds: one row per (run, step) with ``threshold`` (nats) and
+            ``top_entropy_frac``; a step without a row gets None for both.
+        step_tables: per (run, step), its ``sequences`` then its ``token_records``.
+    """
+    thresholds = {
+        (str(r["run"]), int(r["step"])): r for r in entropy_thresholds.to_dict(orient="records")
+    }
+    steps = []
+    for i, (run, role, step) in enumerate(run_steps):
+        row = thresholds.get((run, int(step)), {})
+        model = ((checkpoints.get(run) or {}).get("steps") or {}).get(str(step)) or {}
+        steps.append(
+            StepInput(
+                run=run,
+                role=role,
+                step=int(step),
+                sequences=step_tables[2 * i],
+                records=step_tables[2 * i + 1],
+                model_dir=model.get("model_dir"),
+                threshold=row.get("threshold"),
+                top_entropy_frac=row.get("top_entropy_frac"),
+            )
+        )
+    return steps

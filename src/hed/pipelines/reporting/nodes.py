@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from hed import figures, token_report
+from hed import figures, provenance, token_report
 from hed.errors import ConfigError
 from hed.sections import (
     fig2_measure_param,
@@ -411,14 +411,14 @@ def build_resolved_config(
         "pass1_for_figures": pass1_for_figures,
         "entropy_thresholds": entropy_thresholds,
     }.items():
-        inputs.setdefault(name, {})["coverage"] = _coverage(frame)
+        inputs.setdefault(name, {})["coverage"] = provenance.table_coverage(frame)
     outputs = context.get("outputs") or {}
     threshold_columns = [
         c
         for c in ("run", "step", "top_entropy_frac", "n_tokens", "n_high_entropy", "threshold")
         if c in entropy_thresholds
     ]
-    return _jsonable(
+    return provenance.jsonable(
         {
             "format": "hed.resolved_config/1",
             "env": context.get("env"),
@@ -439,37 +439,6 @@ def build_resolved_config(
             "parameters": parameters,
         }
     )
-
-
-def _coverage(frame: pd.DataFrame) -> dict[str, Any]:
-    """Rows and, per run, the steps a (run, step, ...) table holds."""
-    if not {"run", "step"} <= set(frame.columns):
-        return {"rows": len(frame)}
-    steps = frame[["run", "step"]].drop_duplicates().sort_values(["run", "step"])
-    return {
-        "rows": len(frame),
-        "steps": {
-            str(run): [int(s) for s in group["step"]]
-            for run, group in steps.groupby("run", sort=True)
-        },
-    }
-
-
-def _jsonable(value: Any) -> Any:
-    """``value`` with numpy/pandas scalars, tuples and NaN turned into plain JSON values."""
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if value is pd.NA or value is pd.NaT:
-        return None
-    if isinstance(value, str | int | float | bool) or value is None:
-        return value
-    return str(value)
 
 
 # ------------------------------------------------------------------ token report (HTML)
@@ -503,25 +472,7 @@ def build_token_report(
             step.
     """
     options = token_report.token_report_options(reporting_section(reporting).get("token_report"))
-    thresholds = {
-        (str(r["run"]), int(r["step"])): r for r in entropy_thresholds.to_dict(orient="records")
-    }
-    steps = []
-    for i, (run, role, step) in enumerate(run_steps):
-        row = thresholds.get((run, int(step)), {})
-        model = ((checkpoints.get(run) or {}).get("steps") or {}).get(str(step)) or {}
-        steps.append(
-            token_report.StepInput(
-                run=run,
-                role=role,
-                step=int(step),
-                sequences=step_tables[2 * i],
-                records=step_tables[2 * i + 1],
-                model_dir=model.get("model_dir"),
-                threshold=row.get("threshold"),
-                top_entropy_frac=row.get("top_entropy_frac"),
-            )
-        )
+    steps = token_report.step_inputs(run_steps, checkpoints, entropy_thresholds, step_tables)
     report = token_report.build_report(steps, options, prompts=prompts)
     for note in report["notes"]:
         logger.info("token report leaves out: %s", note)

@@ -894,6 +894,17 @@ def _(t: Ctx) -> Expect:
     )
 
 
+@case("metrics-wandb-project-page")
+def _(t: Ctx) -> Expect:
+    url = "https://wandb.ai/team/grpo/workspace?nw=nwuserme"
+    params = metrics_params({"wandb": {"run": url}})
+    return Expect(
+        lambda: parse_run_config(params, "dapo"),
+        ConfigError,
+        ("metrics.runs.dapo.sources.wandb.run", f"'{url}'", "project page", "/runs/<run_id>"),
+    )
+
+
 @case("metrics-wandb-no-run")
 def _(t: Ctx) -> Expect:
     params = metrics_params({"wandb": {"entity": "team", "project": "grpo"}})

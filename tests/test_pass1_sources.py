@@ -632,6 +632,27 @@ def test_run_path_and_url_resolve(spelling):
     assert parse_run_path(spelling) == WandbRunRef("team", "dapo", "r1")
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://wandb.ai/team/dapo/workspace?nw=nwuser",
+        "https://wandb.ai/team/dapo/workspace",
+        "https://wandb.ai/team/dapo/runs",
+        "https://wandb.ai/team/dapo/table?nw=nwuser",
+        "https://wandb.example.org/team/dapo/overview",
+    ],
+)
+def test_a_project_page_url_is_not_taken_for_a_run(url):
+    # a project page's URL has three path parts too: its page name is no run id
+    from hed.pass1_sources import parse_run_path
+
+    with pytest.raises(ConfigError) as exc_info:
+        parse_run_path(url)
+    message = _one_line(exc_info)
+    assert f"{url!r} is a W&B project page" in message
+    assert "/runs/<run_id>" in message and "`name`" in message
+
+
 def test_run_given_as_run_option_in_the_config():
     from hed.pass1_sources import WandbRunRef, wandb_run_ref
 

@@ -503,6 +503,13 @@ class WandbRunRef:
         return f"{self.entity}/{self.project}/{last}"
 
 
+#: The pages of a W&B project: ``https://wandb.ai/<entity>/<project>/<page>`` names no run.
+_PROJECT_PAGES = frozenset(
+    {"workspace", "overview", "table", "runs", "artifacts", "sweeps", "reports", "jobs"}
+    | {"automations", "groups", "launch", "settings", "panels"}
+)
+
+
 def parse_run_path(text: str, where: str = "wandb.run") -> WandbRunRef:
     """Read a run path ``entity/project/run_id`` or a run URL.
 
@@ -511,7 +518,9 @@ def parse_run_path(text: str, where: str = "wandb.run") -> WandbRunRef:
     servers too).
 
     Raises:
-        ConfigError: anything else (the message shows the accepted spellings).
+        ConfigError: anything else (the message shows the accepted spellings), such as a
+            project page's URL (``.../<project>/workspace?nw=...``), whose page name is no
+            run id.
     """
     from urllib.parse import urlsplit
 
@@ -520,6 +529,12 @@ def parse_run_path(text: str, where: str = "wandb.run") -> WandbRunRef:
     parts = [part for part in path.strip("/").split("/") if part]
     if len(parts) >= 4 and parts[2] == "runs":  # .../runs/<id>, .../runs/<id>/overview
         parts = [parts[0], parts[1], parts[3]]
+    elif "://" in raw and len(parts) == 3 and parts[2] in _PROJECT_PAGES:
+        raise ConfigError(
+            f"{where}: {raw!r} is a W&B project page, not a run; open the run and copy its URL "
+            "https://wandb.ai/<entity>/<project>/runs/<run_id>, or give entity, project and "
+            "`name` (the run's display name)"
+        )
     if len(parts) != 3:
         raise ConfigError(
             f"{where}: {raw!r} is not a W&B run path; write entity/project/run_id or the run's "

@@ -735,6 +735,33 @@ def test_unreachable_server_fails_in_seconds_with_one_line(monkeypatch):
     assert f"cannot reach W&B at 127.0.0.1:{port}" in message and "wandb_offline" in message
 
 
+def test_behind_a_proxy_the_proxy_is_what_must_answer(monkeypatch, local_server):
+    # clusters reach W&B through HTTPS_PROXY (which wandb's requests session uses): the
+    # server itself need not resolve or answer from here, the proxy must
+    import socket
+
+    from hed.pass1_sources import check_reachable
+
+    for name in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", local_server)
+    check_reachable("https://wandb.invalid", timeout_s=2)  # the proxy answers: no error
+
+    probe = socket.create_server(("127.0.0.1", 0))  # a port nobody listens on
+    port = probe.getsockname()[1]
+    probe.close()
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+    with pytest.raises(InputDataError) as exc_info:
+        check_reachable("https://wandb.invalid", timeout_s=2)
+    message = _one_line(exc_info)
+    assert f"cannot reach the proxy 127.0.0.1:{port} (HTTPS_PROXY) for W&B" in message
+
+    monkeypatch.setenv("NO_PROXY", "wandb.invalid")  # bypassed: the server itself is tried
+    with pytest.raises(InputDataError) as exc_info:
+        check_reachable("https://wandb.invalid", timeout_s=2)
+    assert "cannot reach W&B at wandb.invalid:443" in _one_line(exc_info)
+
+
 def test_missing_mean_at_1_key_lists_the_runs_val_core_keys_closest_first():
     rows = [
         {

@@ -285,22 +285,34 @@ def check_reachable(base_url: str, timeout_s: float = 5.0) -> None:
     """Fail fast when the W&B server cannot be reached (no network, wrong host).
 
     wandb's own client retries for about a minute before giving up; one TCP connection with a
-    short timeout tells the same in seconds.
+    short timeout tells the same in seconds. Behind a proxy (``HTTPS_PROXY`` / ``HTTP_PROXY``
+    for the server's scheme, not bypassed by ``NO_PROXY``), which wandb's HTTP client uses,
+    the proxy is what must answer: the server itself may not resolve from this machine.
 
     Raises:
-        InputDataError: the host does not resolve or refuses/ignores the connection.
+        InputDataError: the host (or proxy) does not resolve or refuses/ignores the connection.
     """
     import socket
+    import urllib.request
     from urllib.parse import urlsplit
 
     parts = urlsplit(base_url)
     host = parts.hostname or base_url
-    port = parts.port or (80 if parts.scheme == "http" else 443)
+    scheme = parts.scheme or "https"
+    proxy = urllib.request.getproxies().get(scheme)
+    if proxy and not urllib.request.proxy_bypass(host):
+        proxy_parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        default_port = 443 if proxy_parts.scheme == "https" else 80
+        target = (proxy_parts.hostname or proxy, proxy_parts.port or default_port)
+        what = f"the proxy {target[0]}:{target[1]} ({scheme.upper()}_PROXY) for W&B"
+    else:
+        target = (host, parts.port or (80 if scheme == "http" else 443))
+        what = f"W&B at {target[0]}:{target[1]}"
     try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
+        socket.create_connection(target, timeout=timeout_s).close()
     except OSError as exc:
         raise InputDataError(
-            f"cannot reach W&B at {host}:{port} ({one_line(exc, limit=None)}): no network? "
+            f"cannot reach {what} ({one_line(exc, limit=None)}): no network? "
             "use the wandb_offline or csv source (docs/metrics.md)"
         ) from None
 

@@ -718,6 +718,29 @@ def test_ambiguous_or_unknown_display_name_is_one_line():
     assert "no run named 'ppo'" in message and "grpo (c3)" in message
 
 
+def test_unknown_display_name_lists_candidates_without_reading_the_whole_project():
+    # W&B pages through a project's runs (50 a request): an error message reads only what it shows
+    from hed.pass1_sources import WandbRunRef
+
+    class Project(FakeApi):
+        read = 0
+
+        def runs(self, path, filters=None):
+            if filters:
+                return []
+            for i in range(5000):
+                Project.read += 1
+                run = FakeRun([])
+                run.name, run.id = f"exp{i}", f"id{i}"
+                yield run
+
+    with pytest.raises(InputDataError) as exc_info:
+        read_wandb_history(WandbRunRef("t", "p", name="ppo"), api_factory=_factory(Project({})))
+    message = _one_line(exc_info)
+    assert "its runs: exp0 (id0), exp1 (id1)," in message and "exp19 (id19) ... (set" in message
+    assert "exp20" not in message and Project.read <= 21
+
+
 def test_unreachable_server_fails_in_seconds_with_one_line(monkeypatch):
     import socket
     import time

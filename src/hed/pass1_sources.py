@@ -40,6 +40,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -623,10 +624,13 @@ def resolve_run(api: Any, ref: WandbRunRef) -> Any:
         logger.info("W&B run name %r in %s is run %s", ref.name, project, matches[0].id)
         return matches[0]
     if not matches:
-        candidates = [f"{run.name} ({run.id})" for run in api.runs(project)]
+        # W&B pages through a project's runs: read only the runs the message shows, plus one
+        first = list(islice(api.runs(project), _MAX_KEYS_SHOWN + 1))
+        shown = ", ".join(f"{run.name} ({run.id})" for run in first[:_MAX_KEYS_SHOWN])
+        more = " ..." if len(first) > _MAX_KEYS_SHOWN else ""
         raise InputDataError(
             f"W&B project {project} has no run named {ref.name!r}; its runs: "
-            f"{_shown(candidates, _MAX_KEYS_SHOWN) or 'none'} (set `run_id` or `run` instead)"
+            f"{shown or 'none'}{more} (set `run_id` or `run` instead)"
         )
     ids = [f"{run.name} ({run.id})" for run in matches]
     raise InputDataError(

@@ -16,8 +16,9 @@ Sources, as named in ``parameters_metrics.yml``:
 Both W&B sources apply the same rules to the history rows: only rows that carry the metric
 key count (no forward fill, NaN values dropped); the step is the value of the step key in
 *the same row* (default ``training/global_step``), or W&B's own ``_step`` when no metric row
-has the step key (said in the log), or for a single row without it when ``_step`` equals the
-step key wherever both are logged (verl's step-0 validation). A step logged twice (a resumed
+has the step key (said in the log), or for a row without it when ``_step`` equals the step
+key wherever both are logged (verl's step-0 validation; online, "wherever" means the rows
+carrying the metric, the only ones fetched). A step logged twice (a resumed
 run re-logging steps after its last checkpoint) keeps the value logged last, with a warning.
 
 Tables:

@@ -884,6 +884,25 @@ def _(t: Ctx) -> Expect:
     )
 
 
+@case("metrics-wandb-proxy-unreachable")
+def _(t: Ctx) -> Expect:
+    import socket
+
+    probe = socket.create_server(("127.0.0.1", 0))  # a port nobody listens on
+    port = probe.getsockname()[1]
+    probe.close()
+    t.monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    for name in ("NO_PROXY", "no_proxy", "https_proxy"):
+        t.monkeypatch.delenv(name, raising=False)
+    t.monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+    source = {"run": "team/grpo/9x8y7z", "base_url": "https://wandb.invalid"}
+    return Expect(
+        lambda: fetch_wandb_history(metrics_params({"wandb": source}), run="dapo"),
+        InputDataError,
+        (f"cannot reach the proxy 127.0.0.1:{port} (HTTPS_PROXY) for W&B", "wandb_offline"),
+    )
+
+
 @case("metrics-wandb-run-path")
 def _(t: Ctx) -> Expect:
     params = metrics_params({"wandb": {"run": "team/9x8y7z"}})
@@ -891,6 +910,17 @@ def _(t: Ctx) -> Expect:
         lambda: parse_run_config(params, "dapo"),
         ConfigError,
         ("metrics.runs.dapo.sources.wandb.run", "'team/9x8y7z'", "entity/project/run_id"),
+    )
+
+
+@case("metrics-wandb-project-page")
+def _(t: Ctx) -> Expect:
+    url = "https://wandb.ai/team/grpo/workspace?nw=nwuserme"
+    params = metrics_params({"wandb": {"run": url}})
+    return Expect(
+        lambda: parse_run_config(params, "dapo"),
+        ConfigError,
+        ("metrics.runs.dapo.sources.wandb.run", f"'{url}'", "project page", "/runs/<run_id>"),
     )
 
 

@@ -123,6 +123,19 @@ def test_gold_latex_wraps_only_undelimited_references():
     assert gold_latex("\\boxed{7}") == "\\boxed{7}"
 
 
+def test_a_matrix_row_break_before_a_bracket_is_no_delimiter():
+    # `\\(` and `\\[` are a row break then a bracket, not the `\(` / `\[` math delimiters
+    reference = "\\begin{pmatrix} 1 \\\\(-2) \\end{pmatrix}"
+    assert gold_latex(reference) == f"${reference}$"
+    assert gold_latex("x \\\\[2pt] y") == "$x \\\\[2pt] y$"
+    assert gold_latex("\\\\\\(x\\)") == "\\\\\\(x\\)"  # a row break, then `\(`
+    assert grade_response(_response("\\begin{pmatrix} 1 \\\\ -2 \\end{pmatrix}"), reference).correct
+    assert (
+        grade_response(_response("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"), reference).correct
+        is False
+    )
+
+
 def test_unparseable_reference_is_ungraded_not_false():
     assert not reference_parses("\\text{}")
     grade = grade_response(_response("5"), "\\text{}")

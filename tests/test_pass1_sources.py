@@ -632,6 +632,27 @@ def test_run_path_and_url_resolve(spelling):
     assert parse_run_path(spelling) == WandbRunRef("team", "dapo", "r1")
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://wandb.ai/team/dapo/workspace?nw=nwuser",
+        "https://wandb.ai/team/dapo/workspace",
+        "https://wandb.ai/team/dapo/runs",
+        "https://wandb.ai/team/dapo/table?nw=nwuser",
+        "https://wandb.example.org/team/dapo/overview",
+    ],
+)
+def test_a_project_page_url_is_not_taken_for_a_run(url):
+    # a project page's URL has three path parts too: its page name is no run id
+    from hed.pass1_sources import parse_run_path
+
+    with pytest.raises(ConfigError) as exc_info:
+        parse_run_path(url)
+    message = _one_line(exc_info)
+    assert f"{url!r} is a W&B project page" in message
+    assert "/runs/<run_id>" in message and "`name`" in message
+
+
 def test_run_given_as_run_option_in_the_config():
     from hed.pass1_sources import WandbRunRef, wandb_run_ref
 
@@ -697,6 +718,29 @@ def test_ambiguous_or_unknown_display_name_is_one_line():
     assert "no run named 'ppo'" in message and "grpo (c3)" in message
 
 
+def test_unknown_display_name_lists_candidates_without_reading_the_whole_project():
+    # W&B pages through a project's runs (50 a request): an error message reads only what it shows
+    from hed.pass1_sources import WandbRunRef
+
+    class Project(FakeApi):
+        read = 0
+
+        def runs(self, path, filters=None):
+            if filters:
+                return []
+            for i in range(5000):
+                Project.read += 1
+                run = FakeRun([])
+                run.name, run.id = f"exp{i}", f"id{i}"
+                yield run
+
+    with pytest.raises(InputDataError) as exc_info:
+        read_wandb_history(WandbRunRef("t", "p", name="ppo"), api_factory=_factory(Project({})))
+    message = _one_line(exc_info)
+    assert "its runs: exp0 (id0), exp1 (id1)," in message and "exp19 (id19) ... (set" in message
+    assert "exp20" not in message and Project.read <= 21
+
+
 def test_unreachable_server_fails_in_seconds_with_one_line(monkeypatch):
     import socket
     import time
@@ -712,6 +756,33 @@ def test_unreachable_server_fails_in_seconds_with_one_line(monkeypatch):
     assert time.monotonic() - started < 6
     message = _one_line(exc_info)
     assert f"cannot reach W&B at 127.0.0.1:{port}" in message and "wandb_offline" in message
+
+
+def test_behind_a_proxy_the_proxy_is_what_must_answer(monkeypatch, local_server):
+    # clusters reach W&B through HTTPS_PROXY (which wandb's requests session uses): the
+    # server itself need not resolve or answer from here, the proxy must
+    import socket
+
+    from hed.pass1_sources import check_reachable
+
+    for name in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", local_server)
+    check_reachable("https://wandb.invalid", timeout_s=2)  # the proxy answers: no error
+
+    probe = socket.create_server(("127.0.0.1", 0))  # a port nobody listens on
+    port = probe.getsockname()[1]
+    probe.close()
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+    with pytest.raises(InputDataError) as exc_info:
+        check_reachable("https://wandb.invalid", timeout_s=2)
+    message = _one_line(exc_info)
+    assert f"cannot reach the proxy 127.0.0.1:{port} (HTTPS_PROXY) for W&B" in message
+
+    monkeypatch.setenv("NO_PROXY", "wandb.invalid")  # bypassed: the server itself is tried
+    with pytest.raises(InputDataError) as exc_info:
+        check_reachable("https://wandb.invalid", timeout_s=2)
+    assert "cannot reach W&B at wandb.invalid:443" in _one_line(exc_info)
 
 
 def test_missing_mean_at_1_key_lists_the_runs_val_core_keys_closest_first():

@@ -76,7 +76,9 @@ def normalise_reference(answer: Any) -> str | None:
     return text
 
 
-_DELIMITED = re.compile(r"(?<!\\)\$|\\\(|\\\[|\\boxed\s*\{")
+# a delimiter is `$`, `\(` or `\[` after an even number of backslashes (`\\(` is a matrix row
+# break then a bracket, `\$` a dollar sign), or `\boxed{`
+_DELIMITED = re.compile(r"(?<!\\)(?:\\\\)*(?:\$|\\\(|\\\[)|\\boxed\s*\{")
 
 
 def gold_latex(reference: str) -> str:

@@ -16,8 +16,9 @@ Sources, as named in ``parameters_metrics.yml``:
 Both W&B sources apply the same rules to the history rows: only rows that carry the metric
 key count (no forward fill, NaN values dropped); the step is the value of the step key in
 *the same row* (default ``training/global_step``), or W&B's own ``_step`` when no metric row
-has the step key (said in the log), or for a single row without it when ``_step`` equals the
-step key wherever both are logged (verl's step-0 validation). A step logged twice (a resumed
+has the step key (said in the log), or for a row without it when ``_step`` equals the step
+key wherever both are logged (verl's step-0 validation; online, "wherever" means the rows
+carrying the metric, the only ones fetched). A step logged twice (a resumed
 run re-logging steps after its last checkpoint) keeps the value logged last, with a warning.
 
 Tables:
@@ -40,6 +41,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -285,22 +287,34 @@ def check_reachable(base_url: str, timeout_s: float = 5.0) -> None:
     """Fail fast when the W&B server cannot be reached (no network, wrong host).
 
     wandb's own client retries for about a minute before giving up; one TCP connection with a
-    short timeout tells the same in seconds.
+    short timeout tells the same in seconds. Behind a proxy (``HTTPS_PROXY`` / ``HTTP_PROXY``
+    for the server's scheme, not bypassed by ``NO_PROXY``), which wandb's HTTP client uses,
+    the proxy is what must answer: the server itself may not resolve from this machine.
 
     Raises:
-        InputDataError: the host does not resolve or refuses/ignores the connection.
+        InputDataError: the host (or proxy) does not resolve or refuses/ignores the connection.
     """
     import socket
+    import urllib.request
     from urllib.parse import urlsplit
 
     parts = urlsplit(base_url)
     host = parts.hostname or base_url
-    port = parts.port or (80 if parts.scheme == "http" else 443)
+    scheme = parts.scheme or "https"
+    proxy = urllib.request.getproxies().get(scheme)
+    if proxy and not urllib.request.proxy_bypass(host):
+        proxy_parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        default_port = 443 if proxy_parts.scheme == "https" else 80
+        target = (proxy_parts.hostname or proxy, proxy_parts.port or default_port)
+        what = f"the proxy {target[0]}:{target[1]} ({scheme.upper()}_PROXY) for W&B"
+    else:
+        target = (host, parts.port or (80 if scheme == "http" else 443))
+        what = f"W&B at {target[0]}:{target[1]}"
     try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
+        socket.create_connection(target, timeout=timeout_s).close()
     except OSError as exc:
         raise InputDataError(
-            f"cannot reach W&B at {host}:{port} ({one_line(exc, limit=None)}): no network? "
+            f"cannot reach {what} ({one_line(exc, limit=None)}): no network? "
             "use the wandb_offline or csv source (docs/metrics.md)"
         ) from None
 
@@ -503,6 +517,13 @@ class WandbRunRef:
         return f"{self.entity}/{self.project}/{last}"
 
 
+#: The pages of a W&B project: ``https://wandb.ai/<entity>/<project>/<page>`` names no run.
+_PROJECT_PAGES = frozenset(
+    {"workspace", "overview", "table", "runs", "artifacts", "sweeps", "reports", "jobs"}
+    | {"automations", "groups", "launch", "settings", "panels"}
+)
+
+
 def parse_run_path(text: str, where: str = "wandb.run") -> WandbRunRef:
     """Read a run path ``entity/project/run_id`` or a run URL.
 
@@ -511,7 +532,9 @@ def parse_run_path(text: str, where: str = "wandb.run") -> WandbRunRef:
     servers too).
 
     Raises:
-        ConfigError: anything else (the message shows the accepted spellings).
+        ConfigError: anything else (the message shows the accepted spellings), such as a
+            project page's URL (``.../<project>/workspace?nw=...``), whose page name is no
+            run id.
     """
     from urllib.parse import urlsplit
 
@@ -520,6 +543,12 @@ def parse_run_path(text: str, where: str = "wandb.run") -> WandbRunRef:
     parts = [part for part in path.strip("/").split("/") if part]
     if len(parts) >= 4 and parts[2] == "runs":  # .../runs/<id>, .../runs/<id>/overview
         parts = [parts[0], parts[1], parts[3]]
+    elif "://" in raw and len(parts) == 3 and parts[2] in _PROJECT_PAGES:
+        raise ConfigError(
+            f"{where}: {raw!r} is a W&B project page, not a run; open the run and copy its URL "
+            "https://wandb.ai/<entity>/<project>/runs/<run_id>, or give entity, project and "
+            "`name` (the run's display name)"
+        )
     if len(parts) != 3:
         raise ConfigError(
             f"{where}: {raw!r} is not a W&B run path; write entity/project/run_id or the run's "
@@ -596,10 +625,13 @@ def resolve_run(api: Any, ref: WandbRunRef) -> Any:
         logger.info("W&B run name %r in %s is run %s", ref.name, project, matches[0].id)
         return matches[0]
     if not matches:
-        candidates = [f"{run.name} ({run.id})" for run in api.runs(project)]
+        # W&B pages through a project's runs: read only the runs the message shows, plus one
+        first = list(islice(api.runs(project), _MAX_KEYS_SHOWN + 1))
+        shown = ", ".join(f"{run.name} ({run.id})" for run in first[:_MAX_KEYS_SHOWN])
+        more = " ..." if len(first) > _MAX_KEYS_SHOWN else ""
         raise InputDataError(
             f"W&B project {project} has no run named {ref.name!r}; its runs: "
-            f"{_shown(candidates, _MAX_KEYS_SHOWN) or 'none'} (set `run_id` or `run` instead)"
+            f"{shown or 'none'}{more} (set `run_id` or `run` instead)"
         )
     ids = [f"{run.name} ({run.id})" for run in matches]
     raise InputDataError(

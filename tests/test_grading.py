@@ -136,6 +136,13 @@ def test_a_matrix_row_break_before_a_bracket_is_no_delimiter():
     )
 
 
+@pytest.mark.parametrize("reference", ["\\text{}", "\\#3", "\\frac{1}{2}\\%"])
+def test_references_without_a_value_are_not_parseable(reference):
+    # math-verify returns no value (or only the text): grading would be a silent False
+    assert not reference_parses(reference)
+    assert grade_response(_response("3"), reference).correct is None
+
+
 def test_unparseable_reference_is_ungraded_not_false():
     assert not reference_parses("\\text{}")
     grade = grade_response(_response("5"), "\\text{}")

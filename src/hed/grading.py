@@ -101,8 +101,12 @@ def parse_reference(reference: str) -> tuple[Any, ...]:
 
 
 def reference_parses(reference: str | None) -> bool:
-    """Whether math-verify finds an answer in ``reference`` (None, no reference, counts as yes)."""
-    return reference is None or bool(parse_reference(reference))
+    """Whether math-verify reads a value from ``reference`` (None, no reference, counts as yes).
+
+    A parse that yields only text (``\\#3``, ``\\frac{1}{2}\\%``: no sympy value) counts as
+    no: a response would then be compared as a string and graded False without a warning.
+    """
+    return reference is None or any(not isinstance(v, str) for v in parse_reference(reference))
 
 
 def grade_response(response: str, reference: str | None) -> Grade:
@@ -125,7 +129,7 @@ def grade_response(response: str, reference: str | None) -> Grade:
     if reference is None:
         return Grade(extracted_answer=extracted, correct=None)
     gold = parse_reference(reference)
-    if not gold:
+    if not reference_parses(reference):
         return Grade(extracted_answer=extracted, correct=None)
     if not predicted:
         return Grade(extracted_answer=extracted, correct=False)

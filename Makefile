@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE := offline
 export WANDB_SILENT := true
 
-.PHONY: install run test lint viz clean-data
+.PHONY: install browser run test lint viz clean-data
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,14 @@ install: $(BIN)/.installed
 run: install
 	$(BIN)/kedro run
 
-test: install
+# Debian's chromium: tests/test_token_report.py renders the token report in it (headless,
+# driven by Playwright with executable_path; no browser download). Only the tests need it.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
+	  $$sudo apt-get update -qq && $$sudo apt-get install -y -qq chromium >/dev/null; }
+
+test: install browser
 	$(BIN)/python -m pytest
 
 lint: install

@@ -531,10 +531,8 @@ def test_the_base_60_integer_of_kedro_s_parser_is_read_as_typed(monkeypatch):
     parsed = OmegaConf.to_container(OmegaConf.from_dotlist(["gpus=4:5:6:7"]))["gpus"]
     assert parsed == 882367
     monkeypatch.setattr(runners, "visible_gpus", lambda: ["0", "1"])
-    monkeypatch.setattr(
-        sys, "argv", ["kedro", "run", "--runner", "hed.runners.GPURunner", "--runner-params",
-                      "gpus=4:5:6:7"]  # fmt: skip
-    )
+    argv = ["kedro", "run", "--runner", "hed.runners.GPURunner", "--runner-params", "gpus=4:5:6:7"]
+    monkeypatch.setattr(sys, "argv", argv)
     import click
 
     with click.Context(click.Command("run")):

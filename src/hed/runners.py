@@ -324,7 +324,7 @@ class GPURunner(ParallelRunner):
                 "use gpus, cpu_workers (or max_workers) and threads (e.g. gpus=cpu,cpu_workers=2)"
             )
         if max_workers is not None:
-            if cpu_workers != 1 and cpu_workers != max_workers:
+            if cpu_workers not in (1, max_workers):
                 raise ConfigError(
                     f"GPURunner: cpu_workers={cpu_workers!r} and max_workers={max_workers!r} "
                     "name the same setting; give one of them"

@@ -307,7 +307,9 @@ def test_skipped_pairs_are_not_generated_and_the_rest_is_unchanged(fp32_model, p
     assert [(s.prompt_index, s.sample_index) for s in rest] == [(1, 1), (2, 0), (2, 1)]
     for got in rest:
         [want] = [
-            s for s in full if (s.prompt_index, s.sample_index) == (got.prompt_index, got.sample_index)
+            s
+            for s in full
+            if (s.prompt_index, s.sample_index) == (got.prompt_index, got.sample_index)
         ]
         for name in ("token_ids", "entropy", "logprob", "topk_token_ids", "topk_probs"):
             assert np.array_equal(getattr(got, name), getattr(want, name)), name

@@ -11,8 +11,9 @@ Compared — they change which tokens are sampled or what a record holds:
 
 * ``generation.samples_per_prompt``, ``temperature``, ``top_p``, ``top_k``,
   ``max_new_tokens``, ``seed``, ``top_prob_k``;
-* ``generation.dtype`` (``auto`` is resolved for the device the shard ran on: bfloat16 on
-  CUDA, float32 on CPU);
+* ``generation.dtype`` (``by_device`` is resolved for the device the shard ran on: bfloat16
+  on CUDA and on CPUs with native bfloat16, float32 on other CPUs; ``auto`` to the
+  checkpoint's own dtype);
 * the prompt rendering: ``prompts.apply_chat_template``, ``enable_thinking``,
   ``system_prompt``;
 * the checkpoint: ``config_sha256`` and ``weights_index_sha256`` of the (run, step) in the

@@ -11,6 +11,7 @@ Usage::
 
     python bench/cpu_dtype.py                # 3 repeats
     python bench/cpu_dtype.py --repeats 1 --new-tokens 16
+    python bench/cpu_dtype.py --training     # also one forward+backward, fp32 vs bf16 autocast
 """
 
 from __future__ import annotations
@@ -54,6 +55,38 @@ def run(model, tokenizer, samples: int, new_tokens: int, batch: int) -> float:
     return tokens / (time.perf_counter() - start)
 
 
+def train_step_s(model, tokens: torch.Tensor, bf16: bool) -> float:
+    """Seconds of one forward + backward (the mini_dapo training's unit), autocast or not."""
+    start = time.perf_counter()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = model(input_ids=tokens, labels=tokens).loss
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    return time.perf_counter() - start
+
+
+def training(model_dir, repeats: int) -> None:
+    """float32 training vs bfloat16 autocast (TRL's ``bf16: true`` on CPU), 8 × 96 tokens."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.train()
+    tokens = torch.randint(
+        0, model.config.vocab_size, (8, 96), generator=torch.Generator().manual_seed(0)
+    )
+    train_step_s(model, tokens, False)  # warm-up
+    ratios = []
+    for repeat in range(repeats):
+        order = (False, True) if repeat % 2 == 0 else (True, False)
+        seconds = {bf16: train_step_s(model, tokens, bf16) for bf16 in order}
+        ratios.append(seconds[False] / seconds[True])
+        print(
+            f"training step {repeat}: float32 {seconds[False]:.2f} s, bf16 autocast "
+            f"{seconds[True]:.2f} s, speed-up {ratios[-1]:.2f}"
+        )
+    print(f"median training speed-up of bf16 autocast: {statistics.median(ratios):.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -61,6 +94,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--training", action="store_true", help="also time a training step")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cached = Path(__file__).resolve().parents[1] / ".pytest_cache/hed_models/smollm2"
@@ -86,6 +120,8 @@ def main() -> None:
             f"bfloat16 {rate['bfloat16']:.1f} tokens/s, bf16/fp32 {ratios[-1]:.2f}"
         )
     print(f"median bf16/fp32 tokens/s: {statistics.median(ratios):.2f}")
+    if args.training:
+        training(model_dir, args.repeats)
 
 
 if __name__ == "__main__":

@@ -169,6 +169,7 @@ CHECKPOINTS = {
     }
 }
 
+
 @pytest.fixture(autouse=True)
 def cpu_without_native_bf16(monkeypatch):
     """by_device on CPU is float32 here, as on a CPU without AVX512-BF16 / AMX."""

@@ -48,6 +48,7 @@ FIXED_TRAINER_ARGS: dict[str, Any] = {
     "push_to_hub": False,
 }
 
+
 def cpu_trainer_args(trainer_args: Mapping[str, Any]) -> dict[str, Any]:
     """``trainer_args`` with ``bf16`` set by the CPU's capability unless the run sets it.
 

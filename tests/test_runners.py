@@ -577,3 +577,32 @@ def test_each_spelling_gives_the_children_gpus_4_to_7(tmp_path, monkeypatch, spe
     runner.run(Pipeline(nodes), json_catalog(tmp_path, names))
     seen = sorted(read(tmp_path, name)["cuda_visible_devices"] for name in names)
     assert seen == ["4", "5", "6", "7"]
+
+
+@pytest.mark.parametrize("typed", ["4:5", "4-5"])
+def test_kedro_run_gives_the_children_the_gpus_as_typed(tmp_path, typed):
+    """Through Kedro's own CLI parser, where ``4:5`` arrives as the base-60 integer 245."""
+    project = tmp_path / "gpurunner_demo"
+    for relative, text in PROJECT_FILES.items():
+        path = project / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+    (project / "data").mkdir()
+    args = ["run", "--env", "local", "--runner", "hed.runners.GPURunner"]
+    _, returncode, output = kedro_run(project, [*args, "--runner-params", f"gpus={typed}"])
+    assert returncode == 0, output
+    seen = sorted(m["cuda"] for node in ("good", "bad") for m in markers(project, node))
+    assert seen == ["4", "5"]
+
+
+def test_kedro_run_refuses_an_unreadable_gpus_in_one_line(tmp_path):
+    project = tmp_path / "gpurunner_demo"
+    for relative, text in PROJECT_FILES.items():
+        path = project / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+    (project / "data").mkdir()
+    args = ["run", "--env", "local", "--runner", "hed.runners.GPURunner"]
+    _, returncode, output = kedro_run(project, [*args, "--runner-params", "gpus=7-4"])
+    assert returncode != 0
+    assert "GPURunner: gpus='7-4' is not a list of GPU ids; write one of gpus=4:5:6:7" in output

@@ -101,3 +101,21 @@ def test_mini_rl_trainer_bf16_follows_the_cpu(cpu):
     cpu(SAPPHIRE_RAPIDS, "AVX512")
     assert cpu_trainer_args({"learning_rate": 1e-5})["bf16"] is True
     assert cpu_trainer_args({"bf16": False})["bf16"] is False  # the user's choice wins
+
+
+def test_a_shard_of_dtype_auto_is_current_without_its_checkpoint_and_stale_after_a_change(
+    tmp_path,
+):
+    from hed.shard_metadata import stale_field
+
+    recorded = {"dtype": "bfloat16", "device": "cuda", "checkpoint": {"model_dir": "/gone"}}
+    generation = {"dtype": "auto"}
+    kwargs = {"prompt_params": None, "checkpoint": None, "prompt_ids": None}
+    # re-plot on a machine without the checkpoint: its config_sha256 covers its dtype
+    assert stale_field(recorded, generation=generation, **kwargs) is None
+    (tmp_path / "config.json").write_text('{"dtype": "float16"}')
+    here = {**recorded, "checkpoint": {"model_dir": str(tmp_path)}}
+    found = stale_field(here, generation=generation, **kwargs)
+    assert found is not None and found.field == "generation.dtype"
+    (tmp_path / "config.json").write_text('{"dtype": "bfloat16"}')
+    assert stale_field(here, generation=generation, **kwargs) is None

@@ -173,8 +173,10 @@ def _stale_sampling(recorded: dict[str, Any], generation: dict[str, Any]) -> Sta
         model_dir = (recorded.get("checkpoint") or {}).get("model_dir")
         try:
             now = effective_dtype(configured, device, model_dir)
-        except HEDError:  # the checkpoint's config is gone: compare the configured name
-            now = str(configured)
+        except HEDError:  # auto, and the checkpoint is not on this machine (a re-plot):
+            now = str(recorded["dtype"])  # its config_sha256 (compared below) covers its dtype
+        if now == "auto":
+            now = str(recorded["dtype"])
         if recorded["dtype"] != now:
             shown = f"{configured} (= {now} on {device})" if configured != now else now
             return StaleField(

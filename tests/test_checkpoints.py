@@ -123,3 +123,59 @@ def test_write_model_folder_replaces_atomically_and_is_world_readable(tmp_path):
     # the failed write left no temporary folder and did not touch the complete one
     assert [p.name for p in target.parent.iterdir()] == ["actor_hf"]
     assert (target / "config.json").read_text() == "config.json"
+
+
+# ------------------------------------------------------------------ TRL / HF Trainer layout
+
+
+def _trainer_run(root: Path, steps: list[int]) -> Path:
+    """A TRL / HF Trainer output folder: checkpoint-<N>/ with weights and optimizer state."""
+    for step in steps:
+        folder = _model(root / f"checkpoint-{step}")
+        (folder / "optimizer.pt").write_bytes(b"0")
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (root / "runs").mkdir()  # TensorBoard logs beside them are not steps
+    return root
+
+
+def test_trainer_checkpoint_folders_are_steps(tmp_path):
+    _trainer_run(tmp_path, [500, 20, 1000])
+    assert discover_steps(tmp_path) == [20, 500, 1000]
+    assert model_dir_for_step(tmp_path, 500) == tmp_path / "checkpoint-500"
+    assert step_from_path(tmp_path / "checkpoint-500") == 500
+
+
+def test_steps_all_finds_trainer_checkpoints(tmp_path):
+    from hed.layout import layout_from_params
+
+    _trainer_run(tmp_path, [100, 10])
+    runs = {"trl_run": {"role": "with_clip", "checkpoint_root": str(tmp_path), "steps": "all"}}
+    layout = layout_from_params({"runs": runs, "generation": {"num_shards": 1}})
+    assert [step for _, step in layout.run_steps()] == [10, 100]
+
+
+def test_a_missing_trainer_step_names_both_layouts(tmp_path):
+    _trainer_run(tmp_path, [10])
+    with pytest.raises(CheckpointError) as err:
+        model_dir_for_step(tmp_path, 20)
+    message = str(err.value)
+    assert str(tmp_path / "global_step_20") in message
+    assert str(tmp_path / "checkpoint-20") in message
+
+
+def test_a_lora_only_trainer_checkpoint_is_refused(tmp_path):
+    _model(tmp_path / "checkpoint-5", weights=False, adapter=True)
+    with pytest.raises(CheckpointError, match="only LoRA adapter weights"):
+        model_dir_for_step(tmp_path, 5)
+
+
+def test_a_mixed_folder_is_one_line_naming_both_layouts(tmp_path):
+    _model(tmp_path / "global_step_10" / "actor_hf")
+    _trainer_run(tmp_path, [20])
+    for call in (lambda: discover_steps(tmp_path), lambda: model_dir_for_step(tmp_path, 10)):
+        with pytest.raises(CheckpointError) as err:
+            call()
+        message = str(err.value)
+        assert "\n" not in message
+        assert "verl (global_step_<N>/actor_hf) (global_step_10, ...)" in message
+        assert "TRL / HF Trainer (checkpoint-<N>/) (checkpoint-20, ...)" in message

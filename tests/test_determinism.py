@@ -17,6 +17,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from hed import compute_dtype
 from hed.shard_metadata import GENERATION_METADATA_KEY
 
 from .project_copy import NUM_SHARDS, SMALL_STEP, FileState
@@ -48,7 +49,8 @@ def test_shards_record_the_configuration_and_no_timestamp(uninterrupted_small_st
     recorded = json.loads(_table(state).schema.metadata[GENERATION_METADATA_KEY])
     assert recorded["sampling"]["max_new_tokens"] == SMALL_STEP["generation"]["max_new_tokens"]
     assert recorded["sampling"]["seed"] == 0
-    assert (recorded["dtype"], recorded["device"], recorded["num_shards"]) == ("float32", "cpu", 4)
+    expected = (compute_dtype.cpu_dtype_name(), "cpu", 4)  # by_device on this CPU
+    assert (recorded["dtype"], recorded["device"], recorded["num_shards"]) == expected
     assert len(recorded["prompt_ids"]) == SMALL_STEP["prompts"]["num_prompts"] // NUM_SHARDS
     assert not {"time", "timestamp", "created", "date"} & set(recorded)
 

@@ -255,7 +255,8 @@ def test_seeds(fp32_model, prompts):
     assert sequence_seed(7, "q0", 0) != sequence_seed(7, "q0", 1) != sequence_seed(8, "q0", 1)
 
 
-def test_progress_is_called_per_batch(fp32_model, prompts):
+def test_progress_sees_token_counts_rise_within_a_batch(fp32_model, prompts):
+    """The callback runs at every decode step: 4 rows x 5 steps, then 2 rows x 5 steps."""
     model, tokenizer = fp32_model
     calls = []
     results = generate_sequences(
@@ -268,10 +269,50 @@ def test_progress_is_called_per_batch(fp32_model, prompts):
         progress=lambda done, tokens: calls.append((done, tokens)),
     )
     first = next(results)  # a generator: the first batch is ready before the rest runs
-    assert calls == [] and first.prompt_index == 0
+    assert calls == [(0, 4), (0, 8), (0, 12), (0, 16), (0, 20)] and first.prompt_index == 0
     rest = list(results)
-    assert calls == [(4, 20), (6, 30)]
+    assert calls[5:] == [(4, 20), (4, 22), (4, 24), (4, 26), (4, 28), (4, 30), (6, 30)]
     assert len(rest) == 5 and {r.finish_reason for r in [first, *rest]} == {"length"}
+
+
+def test_progress_stops_counting_a_row_at_its_eos(fp32_model, prompts):
+    """With EOS ids, the in-batch count at the last step equals the records' token count."""
+    model, tokenizer = fp32_model
+    params = SamplingParams(max_new_tokens=12, batch_size=6, temperature=2.0)
+    # EOS = the 4th token of the first response of a run without EOS: that row ends by step 4
+    # (tokens before an EOS do not depend on it), the others later or at max_new_tokens
+    free = list(generate_sequences(model, tokenizer, prompts, 2, params, []))
+    eos = [int(free[0].token_ids[3])]
+    calls = []
+    sequences = list(
+        generate_sequences(
+            model, tokenizer, prompts, 2, params, eos, progress=lambda *c: calls.append(c)
+        )
+    )
+    in_batch = [tokens for done, tokens in calls if done == 0]
+    assert in_batch == sorted(in_batch) and len(in_batch) >= 2
+    steps = [b - a for a, b in zip([0, *in_batch], in_batch, strict=False)]
+    assert steps[0] == 6 and steps[-1] < 6  # some rows had ended before the last step
+    assert in_batch[-1] == sum(s.n_tokens for s in sequences)
+    assert {s.finish_reason for s in sequences} >= {"eos"}
+    assert calls[-1] == (6, sum(s.n_tokens for s in sequences))
+
+
+def test_skipped_pairs_are_not_generated_and_the_rest_is_unchanged(fp32_model, prompts):
+    model, tokenizer = fp32_model
+    params = SamplingParams(max_new_tokens=6, batch_size=2)
+    full = list(generate_sequences(model, tokenizer, prompts, 2, params, []))
+    skip = {(0, 0), (0, 1), (1, 0)}  # batch 0 whole, half of batch 1
+    rest = list(generate_sequences(model, tokenizer, prompts, 2, params, [], skip=skip))
+    assert [(s.prompt_index, s.sample_index) for s in rest] == [(1, 1), (2, 0), (2, 1)]
+    for got in rest:
+        [want] = [
+            s
+            for s in full
+            if (s.prompt_index, s.sample_index) == (got.prompt_index, got.sample_index)
+        ]
+        for name in ("token_ids", "entropy", "logprob", "topk_token_ids", "topk_probs"):
+            assert np.array_equal(getattr(got, name), getattr(want, name)), name
 
 
 def test_gumbel_sampler_samples_the_filtered_softmax():
@@ -334,14 +375,40 @@ def test_load_model_and_tokenizer(tiny_model_dir, tmp_path):
     assert "\n" not in str(info.value)
 
 
-def test_resolve_dtype_and_params_validation():
-    assert resolve_dtype("auto", "cpu") == torch.float32
-    assert resolve_dtype("auto", "cuda:0") == torch.bfloat16
+def test_resolve_dtype_and_params_validation(monkeypatch, tiny_model_dir, tmp_path):
+    from hed import compute_dtype
+
+    monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: False)
+    assert resolve_dtype("by_device", "cpu") == torch.float32
+    assert resolve_dtype(None, "cpu") == torch.float32
+    assert resolve_dtype("by_device", "cuda:0") == torch.bfloat16
+    monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: True)
+    assert resolve_dtype("by_device", "cpu") == torch.bfloat16
+    # auto: the checkpoint's own dtype, as transformers' dtype="auto"
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    for key, value, want in [
+        ("dtype", "bfloat16", torch.bfloat16),
+        ("torch_dtype", "float16", torch.float16),
+        (None, None, torch.float32),
+    ]:
+        folder = tmp_path / f"ckpt_{key}"
+        folder.mkdir()
+        written = {k: v for k, v in config.items() if k not in ("dtype", "torch_dtype")}
+        if key:
+            written[key] = value
+        (folder / "config.json").write_text(json.dumps(written))
+        assert resolve_dtype("auto", "cuda:0", folder) == want
     assert resolve_dtype("float16", "cpu") == torch.float16
-    with pytest.raises(ConfigError, match="'fp8' is not one of"):
+    with pytest.raises(ConfigError, match="'fp8' is not one of by_device, auto, float32"):
         resolve_dtype("fp8", "cpu")
     with pytest.raises(ConfigError, match="temperature must be > 0"):
         SamplingParams(max_new_tokens=4, temperature=0)
     with pytest.raises(ConfigError, match="top_k"):
-        SamplingParams(max_new_tokens=4, top_k=0)
+        SamplingParams(max_new_tokens=4, top_k=-2)
+    with pytest.raises(ConfigError, match="top_k"):
+        SamplingParams(max_new_tokens=4, top_k=True)
+    # off as transformers / TRL (0) and vLLM / verl (-1) write it
+    assert SamplingParams(max_new_tokens=4, top_k=0).top_k is None
+    assert SamplingParams(max_new_tokens=4, top_k=-1).top_k is None
+    assert SamplingParams(max_new_tokens=4, top_k=3).top_k == 3
     assert json.dumps(SamplingParams(max_new_tokens=4).__dict__)  # plain, recordable values

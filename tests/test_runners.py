@@ -493,3 +493,116 @@ def test_a_node_failure_reason_is_hed_s_whole_message_without_traceback(monkeypa
         assert runners._one_line(bug) == "RuntimeError: boom"
         monkeypatch.delenv("HED_TRACEBACK", raising=False)
         assert "Traceback" in runners._traceback_to_log(bug)  # not HED's: keep the traceback
+
+
+# ------------------------------------------------------------------ GPU ids as users type them
+
+
+@pytest.mark.parametrize(
+    "text", ["4:5:6:7", "4-7", "[4,5,6,7]", "4,5,6,7", "[4:5:6:7]", "4-5:6-7", "'4-7'"]
+)
+def test_gpu_ids_from_text_reads_every_spelling(text):
+    assert runners.gpu_ids_from_text(text) == ["4", "5", "6", "7"]
+
+
+def test_gpu_ids_from_text_keeps_uuids_and_refuses_the_unreadable():
+    assert runners.gpu_ids_from_text("GPU-5f1c:3") == ["GPU-5f1c", "3"]
+    for bad in ["7-4", "4:4", "", "[]", "4::5", "-1", "4-"]:
+        with pytest.raises(ConfigError) as error:
+            runners.gpu_ids_from_text(bad)
+        message = str(error.value)
+        assert "\n" not in message
+        assert f"gpus={bad!r}" in message and "gpus=4:5:6:7, gpus=4-7" in message
+
+
+def test_raw_runner_param_reads_the_command_line_as_typed():
+    argv = ["kedro", "run", "--runner", "hed.runners.GPURunner", "--runner-params", "gpus=4:5:6:7"]
+    assert runners.raw_runner_param("gpus", argv) == "4:5:6:7"
+    argv = ["kedro", "run", "--runner-params=threads=2,gpus=4:5"]
+    assert runners.raw_runner_param("gpus", argv) == "4:5"
+    assert runners.raw_runner_param("gpus", ["kedro", "run"]) is None
+    assert runners.raw_runner_param("gpus") is None  # not under `kedro run`
+
+
+def test_the_base_60_integer_of_kedro_s_parser_is_read_as_typed(monkeypatch):
+    """OmegaConf's dotlist parser reads gpus=4:5:6:7 as 4·60³+5·60²+6·60+7 = 882367."""
+    from omegaconf import OmegaConf
+
+    parsed = OmegaConf.to_container(OmegaConf.from_dotlist(["gpus=4:5:6:7"]))["gpus"]
+    assert parsed == 882367
+    monkeypatch.setattr(runners, "visible_gpus", lambda: ["0", "1"])
+    argv = ["kedro", "run", "--runner", "hed.runners.GPURunner", "--runner-params", "gpus=4:5:6:7"]
+    monkeypatch.setattr(sys, "argv", argv)
+    import click
+
+    with click.Context(click.Command("run")):
+        assert [s.cuda_visible_devices for s in GPURunner(gpus=parsed).slots] == list("4567")
+    monkeypatch.setattr(sys, "argv", ["kedro", "run", "--runner-params", "gpus=2"])
+    with click.Context(click.Command("run")):
+        assert [s.cuda_visible_devices for s in GPURunner(gpus=2).slots] == ["0", "1"]
+    with pytest.raises(ConfigError, match="asks for 882367 GPU"):  # outside the CLI: a count
+        GPURunner(gpus=parsed)
+
+
+def test_max_workers_is_kedro_s_name_for_cpu_workers():
+    assert GPURunner(gpus="cpu", max_workers=3).slots == [
+        Slot(f"CPU worker {k}", "") for k in range(3)
+    ]
+    with pytest.raises(ConfigError, match="name the same setting"):
+        GPURunner(gpus="cpu", cpu_workers=2, max_workers=3)
+
+
+@pytest.mark.parametrize("spelling", ["4:5:6:7", "4-7", "[4,5,6,7]", "882367 from kedro run"])
+def test_each_spelling_gives_the_children_gpus_4_to_7(tmp_path, monkeypatch, spelling):
+    """Four ``gpu`` nodes on four slots: the children see CUDA_VISIBLE_DEVICES 4, 5, 6, 7."""
+    import click
+
+    names = [f"shard_{k}" for k in range(4)]
+    nodes = [
+        Node(
+            func=sleeping(runner_nodes.describe_process, 0.5),
+            inputs=None,
+            outputs=name,
+            name=name,
+            tags=["gpu"],
+        )
+        for name in names
+    ]
+    gpus: Any = spelling
+    if spelling.endswith("from kedro run"):
+        gpus = 882367
+        monkeypatch.setattr(sys, "argv", ["kedro", "run", "--runner-params", "gpus=4:5:6:7"])
+    with click.Context(click.Command("run")):
+        runner = GPURunner(gpus=gpus)
+    runner.run(Pipeline(nodes), json_catalog(tmp_path, names))
+    seen = sorted(read(tmp_path, name)["cuda_visible_devices"] for name in names)
+    assert seen == ["4", "5", "6", "7"]
+
+
+@pytest.mark.parametrize("typed", ["4:5", "4-5"])
+def test_kedro_run_gives_the_children_the_gpus_as_typed(tmp_path, typed):
+    """Through Kedro's own CLI parser, where ``4:5`` arrives as the base-60 integer 245."""
+    project = tmp_path / "gpurunner_demo"
+    for relative, text in PROJECT_FILES.items():
+        path = project / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+    (project / "data").mkdir()
+    args = ["run", "--env", "local", "--runner", "hed.runners.GPURunner"]
+    _, returncode, output = kedro_run(project, [*args, "--runner-params", f"gpus={typed}"])
+    assert returncode == 0, output
+    seen = sorted(m["cuda"] for node in ("good", "bad") for m in markers(project, node))
+    assert seen == ["4", "5"]
+
+
+def test_kedro_run_refuses_an_unreadable_gpus_in_one_line(tmp_path):
+    project = tmp_path / "gpurunner_demo"
+    for relative, text in PROJECT_FILES.items():
+        path = project / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+    (project / "data").mkdir()
+    args = ["run", "--env", "local", "--runner", "hed.runners.GPURunner"]
+    _, returncode, output = kedro_run(project, [*args, "--runner-params", "gpus=7-4"])
+    assert returncode != 0
+    assert "GPURunner: gpus='7-4' is not a list of GPU ids; write one of gpus=4:5:6:7" in output

@@ -1,9 +1,15 @@
-"""Checkpoint discovery for RL runs laid out like verl's.
+"""Checkpoint discovery for RL runs laid out like verl's, TRL's or the HF Trainer's.
 
-A run's ``checkpoint_root`` holds one ``global_step_<N>`` folder per saved step. The model of a
-step is the HuggingFace folder ``global_step_<N>/actor_hf`` (HED's and many merged-verl
-layouts) or ``global_step_<N>/actor/huggingface`` (what verl writes next to its FSDP shards).
-The step number comes from the ``global_step_<N>`` path component *nearest* the model folder:
+A run's ``checkpoint_root`` holds one folder per saved step, in one of two layouts:
+
+* verl: ``global_step_<N>/``; the model of the step is the HuggingFace folder
+  ``global_step_<N>/actor_hf`` (HED's and many merged-verl layouts) or
+  ``global_step_<N>/actor/huggingface`` (what verl writes next to its FSDP shards);
+* TRL / HF Trainer (``Trainer.save_model`` at ``save_steps``): ``checkpoint-<N>/``, which is
+  itself the HuggingFace folder (config.json and weights beside the optimizer state).
+
+A root holding both is refused (which one is the run?). The step number comes from the
+``global_step_<N>`` or ``checkpoint-<N>`` path component *nearest* the model folder:
 ``/x/global_step_900/archive/global_step_12/actor_hf`` is step 12.
 """
 
@@ -22,6 +28,10 @@ from hed.errors import CheckpointError
 MODEL_SUBDIRS = ("actor_hf", "actor/huggingface")
 
 _STEP_RE = re.compile(r"^global_step_(\d+)$")
+#: TRL / HF Trainer step folders (``transformers.trainer_utils.PREFIX_CHECKPOINT_DIR``).
+_TRAINER_STEP_RE = re.compile(r"^checkpoint-(\d+)$")
+VERL_LAYOUT = "verl (global_step_<N>/actor_hf)"
+TRAINER_LAYOUT = "TRL / HF Trainer (checkpoint-<N>/)"
 _WEIGHT_PATTERNS = (
     "model.safetensors",
     "model-*.safetensors",
@@ -32,23 +42,52 @@ _WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json
 
 
 def step_from_path(path: str | Path) -> int:
-    """Return the RL step of a checkpoint path: the ``global_step_<N>`` component nearest the end.
+    """Return the RL step of a checkpoint path: the ``global_step_<N>`` or ``checkpoint-<N>``
+    component nearest the end.
 
     Raises:
-        CheckpointError: no path component is ``global_step_<N>``.
+        CheckpointError: no path component is ``global_step_<N>`` or ``checkpoint-<N>``.
     """
     for part in reversed(Path(path).parts):
-        match = _STEP_RE.match(part)
+        match = _STEP_RE.match(part) or _TRAINER_STEP_RE.match(part)
         if match:
             return int(match.group(1))
-    raise CheckpointError(f"{path}: no 'global_step_<N>' folder in the path; cannot tell the step")
+    raise CheckpointError(
+        f"{path}: no 'global_step_<N>' or 'checkpoint-<N>' folder in the path; cannot tell the step"
+    )
+
+
+def _step_folders(root: Path) -> tuple[dict[int, Path], dict[int, Path]]:
+    """The verl and the TRL / HF Trainer step folders of ``root``: ``({step: folder}, ...)``."""
+    verl: dict[int, Path] = {}
+    trainer: dict[int, Path] = {}
+    for child in root.iterdir():
+        if not child.is_dir():
+            continue
+        if match := _STEP_RE.match(child.name):
+            verl[int(match.group(1))] = child
+        elif match := _TRAINER_STEP_RE.match(child.name):
+            trainer[int(match.group(1))] = child
+    return verl, trainer
+
+
+def _refuse_mixed(root: Path, verl: dict[int, Path], trainer: dict[int, Path]) -> None:
+    if verl and trainer:
+        raise CheckpointError(
+            f"checkpoint_root {root} mixes two layouts, {VERL_LAYOUT} "
+            f"({verl[min(verl)].name}, ...) and {TRAINER_LAYOUT} ({trainer[min(trainer)].name}, "
+            "...): point each run's `checkpoint_root` at a folder of one layout"
+        )
 
 
 def discover_steps(checkpoint_root: str | Path) -> list[int]:
-    """List the steps under ``checkpoint_root`` (its ``global_step_<N>`` children), ascending.
+    """List the steps under ``checkpoint_root``, ascending.
+
+    The steps are the ``N`` of its ``global_step_<N>`` children (verl) or of its
+    ``checkpoint-<N>`` children (TRL / HF Trainer).
 
     Raises:
-        CheckpointError: the root does not exist or holds no ``global_step_<N>`` folder.
+        CheckpointError: the root does not exist, holds no step folder, or holds both layouts.
     """
     root = Path(checkpoint_root)
     if not root.is_dir():
@@ -56,28 +95,39 @@ def discover_steps(checkpoint_root: str | Path) -> list[int]:
             f"checkpoint_root {root} does not exist: fix the run's `checkpoint_root` "
             "(parameters.yml, `runs`)"
         )
-    steps = sorted(
-        int(m.group(1))
-        for child in root.iterdir()
-        if child.is_dir() and (m := _STEP_RE.match(child.name))
-    )
+    verl, trainer = _step_folders(root)
+    _refuse_mixed(root, verl, trainer)
+    steps = sorted(verl or trainer)
     if not steps:
-        raise CheckpointError(f"checkpoint_root {root} holds no global_step_<N> folder")
+        raise CheckpointError(
+            f"checkpoint_root {root} holds no global_step_<N> folder (verl) and no "
+            "checkpoint-<N> folder (TRL / HF Trainer)"
+        )
     return steps
 
 
 def model_dir_for_step(checkpoint_root: str | Path, step: int) -> Path:
     """Return the HuggingFace model folder of ``step`` under ``checkpoint_root``, validated.
 
+    ``global_step_<step>/actor_hf`` (or ``actor/huggingface``) in a verl root,
+    ``checkpoint-<step>`` in a TRL / HF Trainer root.
+
     Raises:
         CheckpointError: the step folder or its model folder is missing; the model folder has a
-            config.json but no weights ("needs merging (verl model_merger)"); or only LoRA
-            adapter weights.
+            config.json but no weights ("needs merging (verl model_merger)"); only LoRA
+            adapter weights; or the root holds both layouts.
     """
-    step_dir = Path(checkpoint_root) / f"global_step_{step}"
+    root = Path(checkpoint_root)
+    step_dir = root / f"global_step_{step}"
+    trainer_dir = root / f"checkpoint-{step}"
+    if root.is_dir():
+        _refuse_mixed(root, *_step_folders(root))
+    if trainer_dir.is_dir() and not step_dir.is_dir():
+        validate_model_dir(trainer_dir)
+        return trainer_dir
     if not step_dir.is_dir():
         raise CheckpointError(
-            f"step {step} not found: {step_dir} does not exist "
+            f"step {step} not found: neither {step_dir} nor {trainer_dir} exists "
             "(check `steps` and `checkpoint_root`)"
         )
     for sub in MODEL_SUBDIRS:

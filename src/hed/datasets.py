@@ -376,3 +376,40 @@ class PublishedArtifactsDataset(AbstractDataset[dict[str, Any], dict[str, Any]])
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._root)}
+
+
+class ShardPartsDataset(AbstractDataset[None, Any]):
+    """The partial area of one shard (:class:`hed.shard_parts.ShardParts`), as a node input.
+
+    ``load()`` returns a :class:`~hed.shard_parts.ShardParts` for the folder (which need not
+    exist yet); the generation node keeps and writes finished sequences through it, so the
+    node itself does no file I/O and the area's location is set here, in the catalog, beside
+    the shard's own files. Nothing is ever saved through the dataset.
+
+    Example catalog entry::
+
+        "{run}.step_{step}.shard_{shard}.partial":
+          type: hed.datasets.ShardPartsDataset
+          filepath: data/02_intermediate/token_records/{run}/step_{step}/.partial/shard_{shard}
+    """
+
+    def __init__(self, *, filepath: str, metadata: dict[str, Any] | None = None) -> None:
+        self._filepath = filepath
+        self.metadata = metadata
+
+    def load(self) -> Any:
+        from hed.shard_parts import ShardParts
+
+        return ShardParts(Path(self._filepath).absolute())
+
+    def save(self, data: Any) -> None:
+        raise DatasetError(
+            f"{self._filepath}: a shard's partial area is written by the generation node "
+            "through the loaded ShardParts, never saved"
+        )
+
+    def _exists(self) -> bool:
+        return True  # an empty area is a valid input: nothing kept yet
+
+    def _describe(self) -> dict[str, Any]:
+        return {"filepath": self._filepath}

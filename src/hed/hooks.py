@@ -121,3 +121,37 @@ class ProvenanceHooks:
         ]
         for path in filter(None, written):
             logger.info("Wrote %s", path)
+
+
+class ShardPartsHooks:
+    """Remove a shard's partial area once every output of its node is saved.
+
+    The generation node takes the area (:class:`hed.shard_parts.ShardParts`, loaded from a
+    ``<run>.step_<step>.shard_<k>.partial`` dataset) as an input; Kedro saves the node's
+    outputs after ``after_node_run``, so the area is removed from ``after_dataset_saved`` of
+    the node's last output, and a crash before then keeps it. Works in ``GPURunner``'s node
+    processes too (they build their hooks from ``settings.HOOKS``).
+    """
+
+    def __init__(self) -> None:
+        self._areas: dict[str, tuple[list[Any], set[str]]] = {}
+
+    @hook_impl
+    def before_node_run(self, node: Any, inputs: dict[str, Any]) -> None:
+        from hed.shard_parts import ShardParts
+
+        areas = [value for value in inputs.values() if isinstance(value, ShardParts)]
+        if areas:
+            self._areas[node.name] = (areas, set(node.outputs))
+
+    @hook_impl
+    def after_dataset_saved(self, dataset_name: str, node: Any) -> None:
+        entry = self._areas.get(node.name)
+        if entry is None:
+            return
+        areas, waiting = entry
+        waiting.discard(dataset_name)
+        if not waiting:
+            del self._areas[node.name]
+            for area in areas:
+                area.clear()

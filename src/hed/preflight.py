@@ -119,14 +119,14 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
         )
         checked.append("runs")
     if "params:generation" in datasets:
-        from hed.recording import resolve_dtype
+        from hed.compute_dtype import dtype_name
         from hed.sections import sampling_params_from
 
         generation = catalog.load("params:generation") or {}
         if not isinstance(generation, dict):
             raise ConfigError(f"parameter `generation` must be a mapping, got {generation!r}")
         sampling_params_from(generation)
-        resolve_dtype(generation.get("dtype", "auto"), "cpu")
+        dtype_name(generation.get("dtype"), "cpu")  # the name only: no checkpoint read yet
         checked.append("generation")
     if "params:aggregation" in datasets:
         from hed.lexicon import parse_lexicon

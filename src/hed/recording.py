@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import numbers
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +76,8 @@ FINISH_EOS = "eos"
 FINISH_LENGTH = "length"
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: ``top_k`` values that mean "no top-k filter": transformers/TRL write 0, vLLM/verl -1.
+TOP_K_OFF = (None, 0, -1)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,9 @@ class SamplingParams:
     Attributes:
         temperature: T > 0; records describe softmax(z / T).
         top_p: nucleus filter of the sampler (1.0 = off); never applied to the records.
-        top_k: top-k filter of the sampler (None = off); never applied to the records.
+        top_k: top-k filter of the sampler (None = off; 0, as transformers and TRL write it, and
+            -1, as vLLM and verl write it, also mean off and are stored as None); never
+            applied to the records.
         max_new_tokens: response length limit.
         top_prob_k: how many most probable tokens each record keeps.
         seed: base seed; each sequence's generator is seeded from (seed, prompt_id, sample_index).
@@ -116,6 +120,9 @@ class SamplingParams:
     batch_size: int = 8
 
     def __post_init__(self) -> None:
+        if self.top_k in TOP_K_OFF and not isinstance(self.top_k, bool):
+            object.__setattr__(self, "top_k", None)
+
         def real(value: Any) -> bool:
             return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
@@ -128,7 +135,7 @@ class SamplingParams:
             (
                 "top_k",
                 self.top_k is None or (whole(self.top_k) and self.top_k > 0),
-                "a positive integer or null",
+                "a positive integer, or null / 0 / -1 (off)",
             ),
             ("max_new_tokens", whole(self.max_new_tokens) and self.max_new_tokens > 0, "> 0"),
             ("top_prob_k", whole(self.top_prob_k) and self.top_prob_k > 0, "> 0"),
@@ -185,11 +192,23 @@ class DecodeRecorder(LogitsProcessor):
     probabilities ``(B, k)``; :meth:`record_sampled` then appends the sampled tokens and
     their log-probabilities ``(B,)``. Between the two calls it holds the step's logits and
     ``log Z`` (generate holds those logits anyway); they are released once the token is known.
+
+    Args:
+        temperature: T of softmax(z / T).
+        top_prob_k: how many most probable tokens to keep per step.
+        on_tokens: called after each step with that step's sampled tokens ``(B,)`` (on the
+            device); :func:`generate_sequences` counts generated tokens with it for progress.
     """
 
-    def __init__(self, temperature: float = 1.0, top_prob_k: int = 5):
+    def __init__(
+        self,
+        temperature: float = 1.0,
+        top_prob_k: int = 5,
+        on_tokens: Callable[[torch.Tensor], None] | None = None,
+    ):
         self.temperature = temperature
         self.top_prob_k = top_prob_k
+        self.on_tokens = on_tokens
         self.entropy: list[torch.Tensor] = []
         self.topk_ids: list[torch.Tensor] = []
         self.topk_probs: list[torch.Tensor] = []
@@ -215,6 +234,8 @@ class DecodeRecorder(LogitsProcessor):
         self.tokens.append(tokens)
         self.logprob.append(token_logprobs(self._logits, tokens, self._log_z, self.temperature))
         self._logits = self._log_z = None
+        if self.on_tokens is not None:
+            self.on_tokens(tokens)
 
     @property
     def n_steps(self) -> int:
@@ -283,10 +304,15 @@ def sequence_seed(seed: int, prompt_id: str, sample_index: int) -> int:
 
 
 def build_logits_processors(
-    params: SamplingParams, generators: Sequence[torch.Generator]
+    params: SamplingParams,
+    generators: Sequence[torch.Generator],
+    on_tokens: Callable[[torch.Tensor], None] | None = None,
 ) -> tuple[LogitsProcessorList, DecodeRecorder]:
-    """The processor list described in the module docstring, and its recorder."""
-    recorder = DecodeRecorder(params.temperature, params.top_prob_k)
+    """The processor list described in the module docstring, and its recorder.
+
+    ``on_tokens`` is the recorder's per-step callback (:class:`DecodeRecorder`).
+    """
+    recorder = DecodeRecorder(params.temperature, params.top_prob_k, on_tokens)
     processors: list[LogitsProcessor] = [recorder]
     if params.temperature != 1.0:
         processors.append(TemperatureLogitsWarper(params.temperature))
@@ -323,6 +349,7 @@ def record_batch(
     params: SamplingParams,
     eos_token_ids: Sequence[int],
     pad_token_id: int,
+    on_tokens: Callable[[torch.Tensor], None] | None = None,
     **config_overrides,
 ):
     """Run one ``generate`` call with HED's processors; return its output and the recorder.
@@ -335,6 +362,7 @@ def record_batch(
         params: sampling settings.
         eos_token_ids: ids that end a response (empty: run exactly ``max_new_tokens`` steps).
         pad_token_id: id written after a sequence finished.
+        on_tokens: called after each decode step with its sampled tokens ``(B,)``.
         **config_overrides: extra ``GenerationConfig`` fields, e.g. ``output_logits=True,
             return_dict_in_generate=True`` in tests.
 
@@ -343,7 +371,7 @@ def record_batch(
     """
     device = input_ids.device
     generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
-    processors, recorder = build_logits_processors(params, generators)
+    processors, recorder = build_logits_processors(params, generators, on_tokens)
     config = GenerationConfig(
         do_sample=False,
         num_beams=1,
@@ -373,11 +401,18 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
     params: SamplingParams,
     eos_token_ids: Sequence[int],
     progress: Callable[[int, int], None] | None = None,
+    skip: Collection[tuple[int, int]] = (),
 ) -> Iterator[GeneratedSequence]:
     """Sample ``samples_per_prompt`` responses per prompt and record every response token.
 
     (prompt, sample) pairs are taken in (prompt_index, sample_index) order, ``batch_size`` per
     ``generate`` call, and yielded batch by batch in that order.
+
+    Pairs in ``skip`` (already generated, e.g. kept from a partial shard) are not yielded. The
+    batches stay those of the full pair list: a batch whose pairs are all skipped is not
+    generated, any other is generated whole. So a sequence is always computed in the same
+    batch (same neighbours, same padding), and its records are equal value for value to an
+    uninterrupted run's, in bfloat16 too (see "Batch invariance" above).
 
     Args:
         model: a causal LM in eval mode (e.g. from :func:`load_model_and_tokenizer`).
@@ -387,7 +422,10 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
         samples_per_prompt: responses per prompt.
         params: sampling settings.
         eos_token_ids: every id that ends a response (the checkpoint's generation config).
-        progress: called after each batch with (sequences done, tokens done), cumulative.
+        progress: called after every decode step with (sequences done, tokens generated),
+            both cumulative over this call; the token count includes the unfinished
+            sequences of the running batch (a row stops counting after its first EOS).
+        skip: ``(prompt_index, sample_index)`` pairs not to generate.
 
     Yields:
         One :class:`GeneratedSequence` per (prompt, sample).
@@ -402,9 +440,14 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
         prompt.prompt_index: tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
         for prompt in prompts
     }
+    skip = set(skip)
+    eos = torch.tensor(list(eos_token_ids), dtype=torch.long, device=device)
     n_sequences = n_tokens = 0
     for start in range(0, len(pairs), params.batch_size):
         batch = pairs[start : start + params.batch_size]
+        if all((prompt.prompt_index, sample) in skip for prompt, sample in batch):
+            continue
+        counter = _TokenCounter(eos, progress, n_sequences, n_tokens) if progress else None
         input_ids, attention_mask = _left_pad(
             [encoded[prompt.prompt_index] for prompt, _ in batch], pad_token_id, device
         )
@@ -417,6 +460,7 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
             params=params,
             eos_token_ids=eos_token_ids,
             pad_token_id=pad_token_id,
+            on_tokens=counter,
         )
         results = _batch_results(
             tokenizer,
@@ -426,11 +470,40 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
             params=params,
             eos_token_ids=eos_token_ids,
         )
+        results = [r for r in results if (r.prompt_index, r.sample_index) not in skip]
         n_sequences += len(results)
         n_tokens += sum(result.n_tokens for result in results)
         yield from results
         if progress is not None:
             progress(n_sequences, n_tokens)
+
+
+class _TokenCounter:
+    """Per-step callback of one batch: counts the tokens of rows that have not ended yet.
+
+    A row's tokens count up to and including its first EOS, as the records are cut; the sum
+    is read once per step (one host sync; ``generate`` syncs every step for its own stopping
+    check anyway) and handed to ``progress`` with the shard's totals before this batch.
+    """
+
+    def __init__(
+        self,
+        eos: torch.Tensor,
+        progress: Callable[[int, int], None],
+        sequences_before: int,
+        tokens_before: int,
+    ) -> None:
+        self.eos, self.progress = eos, progress
+        self.sequences_before, self.tokens = sequences_before, tokens_before
+        self.alive: torch.Tensor | None = None
+
+    def __call__(self, tokens: torch.Tensor) -> None:
+        if self.alive is None:
+            self.alive = torch.ones(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+        self.tokens += int(self.alive.sum())
+        if len(self.eos):
+            self.alive &= ~torch.isin(tokens, self.eos)
+        self.progress(self.sequences_before, self.tokens)
 
 
 def _batch_results(
@@ -515,26 +588,38 @@ def _left_pad(
 # --------------------------------------------------------------------------- loading
 
 
-def resolve_dtype(name: str, device: str | torch.device) -> torch.dtype:
-    """Map a configured dtype name to a torch dtype.
+def resolve_dtype(
+    name: str | None, device: str | torch.device, model_dir: str | Path | None = None
+) -> torch.dtype:
+    """Map a configured dtype name to a torch dtype (:mod:`hed.compute_dtype`).
 
     Args:
-        name: ``"auto"`` (bfloat16 on CUDA, float32 elsewhere), ``"float32"``,
-            ``"bfloat16"`` or ``"float16"``.
+        name: ``"by_device"`` (None too: bfloat16 on CUDA and on CPUs with native bfloat16,
+            float32 elsewhere), ``"auto"`` (the checkpoint's dtype, from ``model_dir``'s
+            config.json), ``"float32"``, ``"bfloat16"`` or ``"float16"``.
         device: the device the model will run on, e.g. ``"cuda:0"``.
+        model_dir: the checkpoint folder (needed for ``"auto"``; without it ``"auto"`` is only
+            checked to be a known name and float32 is returned).
 
     Raises:
         ConfigError: an unknown name.
+        CheckpointError: ``"auto"`` and the checkpoint's config.json cannot be read.
     """
-    if name == "auto":
-        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
-    if name not in _DTYPES:
-        raise ConfigError(f"generation.dtype: {name!r} is not one of auto, {', '.join(_DTYPES)}")
-    return _DTYPES[name]
+    from hed.compute_dtype import CHECKPOINT, dtype_name
+
+    resolved = dtype_name(name, str(torch.device(device)), model_dir)
+    return torch.float32 if resolved == CHECKPOINT else _DTYPES[resolved]
 
 
-def load_model_and_tokenizer(model_dir: str | Path, dtype: str = "auto", device: str = "cpu"):
-    """Load a checkpoint folder for generation.
+def load_model_and_tokenizer(
+    model_dir: str | Path, dtype: str | None = "by_device", device: str = "cpu"
+):
+    """Load a checkpoint folder for generation, its weights straight onto ``device``.
+
+    The weights are loaded with ``device_map={"": device}`` and the target dtype, so
+    transformers materialises each tensor on the device as it reads it (the safetensors file
+    is memory-mapped): a CUDA process never holds a full host copy of the model (no
+    ``from_pretrained`` on CPU followed by ``.to(device)``).
 
     Args:
         model_dir: a HuggingFace model folder (config.json, weights, tokenizer files).
@@ -549,10 +634,10 @@ def load_model_and_tokenizer(model_dir: str | Path, dtype: str = "auto", device:
         CheckpointError: the folder is missing or transformers cannot load it.
         ConfigError: an unknown dtype.
     """
-    torch_dtype = resolve_dtype(dtype, device)
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         raise CheckpointError(f"checkpoint {model_dir}: no config.json (not a HuggingFace folder)")
+    torch_dtype = resolve_dtype(dtype, device, model_dir)
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             model_dir, padding_side="left", local_files_only=True
@@ -563,9 +648,12 @@ def load_model_and_tokenizer(model_dir: str | Path, dtype: str = "auto", device:
             f"({one_line(error)}); copy the base model's tokenizer files (tokenizer.json, "
             "tokenizer_config.json) into it"
         ) from None
+    target = torch.device(device)
+    if target.type == "cuda" and target.index is None:
+        target = torch.device("cuda", 0)  # the process's own GPU (CUDA_VISIBLE_DEVICES)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=torch_dtype, local_files_only=True
+            model_dir, dtype=torch_dtype, device_map={"": target}, local_files_only=True
         )
     except Exception as error:  # any loader failure becomes one line naming the folder
         raise CheckpointError(
@@ -574,7 +662,6 @@ def load_model_and_tokenizer(model_dir: str | Path, dtype: str = "auto", device:
         ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.to(device)
     model.eval()
     return model, tokenizer
 
@@ -594,6 +681,7 @@ def checkpoint_eos_token_ids(model, tokenizer) -> list[int]:
 __all__ = [
     "FINISH_EOS",
     "FINISH_LENGTH",
+    "TOP_K_OFF",
     "DecodeRecorder",
     "GeneratedSequence",
     "GumbelSampler",

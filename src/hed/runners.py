@@ -155,12 +155,88 @@ def visible_gpus() -> list[str]:
 
 GpuSpec = str | int | Sequence[str | int] | None
 
+#: How ``gpus`` may be written, for error messages.
+GPU_SPELLINGS = "gpus=4:5:6:7, gpus=4-7, gpus=[3] (one GPU), gpus=2 (the first two), gpus=cpu"
+_RANGE = re.compile(r"^(\d+)\s*-\s*(\d+)$")
+_LIST = re.compile(r"^\[(.*)\]$")
+
+
+def gpu_ids_from_text(text: str) -> list[str]:
+    """Parse GPU ids as users type them: ``4:5:6:7``, ``4,5,6,7``, ``4-7``, ``[4,5,6,7]``.
+
+    Items are separated by ``:`` or ``,``; an item ``a-b`` (a ≤ b, whole numbers) stands for
+    ``a, a+1, ..., b``; one pair of brackets around the list is allowed. Any other item (a
+    device UUID such as ``GPU-5f1c...``) is kept verbatim for ``CUDA_VISIBLE_DEVICES``.
+
+    Returns:
+        The ids in order, e.g. ``["4", "5", "6", "7"]``.
+
+    Raises:
+        ConfigError: an empty list or item, a reversed range (``7-4``) or a repeated id.
+    """
+    body = text.strip()
+    if match := _LIST.match(body):
+        body = match.group(1)
+    ids: list[str] = []
+    for item in (part.strip().strip("'\"") for part in re.split(r"[:,]", body)):
+        span = _RANGE.match(item)
+        if span and int(span.group(1)) <= int(span.group(2)):
+            ids += [str(i) for i in range(int(span.group(1)), int(span.group(2)) + 1)]
+        elif item and not span and not re.fullmatch(r"[\d\s-]*-[\d\s-]*", item):
+            ids.append(item)
+        else:
+            ids = []
+            break
+    if not ids or len(set(ids)) != len(ids):
+        raise ConfigError(
+            f"GPURunner: gpus={text!r} is not a list of GPU ids; write one of {GPU_SPELLINGS}"
+        )
+    return ids
+
+
+def raw_runner_param(name: str, argv: Sequence[str] | None = None) -> str | None:
+    """The text of ``name=...`` in ``kedro run``'s ``--runner-params``, as typed.
+
+    Kedro reads ``--runner-params`` with OmegaConf's dotlist parser, whose YAML 1.1 rules turn
+    ``4:5:6:7`` into the base-60 integer 882367 (and ``4:5`` into 245) before the runner sees
+    it; the command line still holds what the user typed. Only ``kedro run`` is read (a
+    ``click`` context whose command is ``run``).
+
+    Args:
+        name: the parameter, e.g. ``"gpus"``.
+        argv: the command line (default ``sys.argv``).
+
+    Returns:
+        The value as typed, or None when not under ``kedro run`` or not given there.
+    """
+    if argv is None:
+        ctx = click.get_current_context(silent=True)
+        if ctx is None or ctx.command.name != "run":
+            return None
+        argv = sys.argv
+    value = None
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg == "--runner-params" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--runner-params="):
+            value = arg.partition("=")[2]
+    if value is None:
+        return None
+    found = None
+    for item in value.split(","):  # as Kedro splits it
+        key, equals, text = item.partition("=")
+        if equals and key.strip() == name:
+            found = text.strip()
+    return found
+
 
 def resolve_slots(gpus: GpuSpec = None, cpu_workers: int = 1) -> list[Slot]:
     """Turn the runner's ``gpus`` / ``cpu_workers`` parameters into slots.
 
     Args:
-        gpus: ``"0:1:2"`` or a list (``[3]``): device ids, written verbatim into
+        gpus: ids as text (``"4:5:6:7"``, ``"4-7"``, ``"[4,5,6,7]"``, see
+            :func:`gpu_ids_from_text`) or a list (``[3]``): device ids, written verbatim into
             ``CUDA_VISIBLE_DEVICES`` (a UUID works too); an int ``n``: the first ``n`` visible
             devices; ``"cpu"``: no GPU; ``None``: every visible device, or no GPU when none is.
         cpu_workers: without a GPU, how many ``gpu`` nodes run at once (each on CPU).
@@ -172,7 +248,10 @@ def resolve_slots(gpus: GpuSpec = None, cpu_workers: int = 1) -> list[Slot]:
         ConfigError: a malformed, empty or impossible ``gpus``, or ``cpu_workers`` < 1.
     """
     if isinstance(gpus, bool):
-        raise ConfigError(f"GPURunner: gpus={gpus!r} is not a GPU count or a list of GPU ids")
+        raise ConfigError(
+            f"GPURunner: gpus={gpus!r} is not a GPU count or a list of GPU ids; "
+            f"write one of {GPU_SPELLINGS}"
+        )
     if gpus is None:
         ids = visible_gpus()
     elif isinstance(gpus, int):
@@ -180,18 +259,18 @@ def resolve_slots(gpus: GpuSpec = None, cpu_workers: int = 1) -> list[Slot]:
         if not 0 < gpus <= len(visible):
             raise ConfigError(
                 f"GPURunner: gpus={gpus} asks for {gpus} GPU(s) but {len(visible)} are visible; "
-                "name one GPU as gpus=[0], several as gpus=0:1, or run on CPU with gpus=cpu"
+                f"write one of {GPU_SPELLINGS}"
             )
         ids = visible[:gpus]
     elif isinstance(gpus, str) and gpus.strip().lower() == "cpu":
         ids = []
+    elif isinstance(gpus, str):
+        ids = gpu_ids_from_text(gpus)
     else:
-        items = re.split(r"[:,]", gpus) if isinstance(gpus, str) else list(gpus)
-        ids = [str(item).strip() for item in items]
-        if not ids or "" in ids:
+        ids = [str(item).strip() for item in gpus]
+        if not ids or "" in ids or len(set(ids)) != len(ids):
             raise ConfigError(
-                f"GPURunner: gpus={gpus!r} is not a list of GPU ids; "
-                "write e.g. gpus=0:1:2 or gpus=[3]"
+                f"GPURunner: gpus={gpus!r} is not a list of GPU ids; write one of {GPU_SPELLINGS}"
             )
     if ids:
         if not isinstance(gpus, int) and gpus is not None and not visible_gpus():
@@ -212,15 +291,21 @@ class GPURunner(ParallelRunner):
     Runner parameters (``--runner-params``, comma-separated)::
 
         gpus=0:1:2:3           these devices (CUDA_VISIBLE_DEVICES ids)
+        gpus=4-7               devices 4, 5, 6, 7 (also gpus=4:5:6:7)
         gpus=[3]               one device (a bare gpus=3 would mean "three devices")
         gpus=2                 the first two visible devices
         gpus=cpu,cpu_workers=2 no GPU: two gpu nodes at a time, on CPU
+                               (Kedro's max_workers=2 means the same)
         (no gpus)              every visible device; on a machine without CUDA, cpu_workers
         threads=2              threads for the non-gpu nodes (default 1)
+
+    Under ``kedro run``, ``gpus`` is taken as typed on the command line
+    (:func:`raw_runner_param`): Kedro's parser turns ``4:5:6:7`` into the integer 882367.
 
     Args:
         gpus: see :func:`resolve_slots`.
         cpu_workers: without a GPU, how many ``gpu`` nodes run at once (default 1).
+        max_workers: Kedro's name for ``cpu_workers`` (``ParallelRunner``); give one of the two.
         threads: threads of the parent process running the other nodes, alongside the
             ``gpu`` nodes (default 1: one at a time).
         is_async: load and save each node's datasets on threads (Kedro's ``--async``).
@@ -236,14 +321,26 @@ class GPURunner(ParallelRunner):
         cpu_workers: int = 1,
         threads: int = 1,
         is_async: bool = False,
+        max_workers: int | None = None,
         **unknown: Any,
     ) -> None:
         self._manager = None  # ParallelRunner.__del__ shuts it down: set before any raise
         if unknown:
             raise ConfigError(
                 f"GPURunner: unknown --runner-params {', '.join(sorted(unknown))}; "
-                "use gpus, cpu_workers and threads (e.g. gpus=cpu,cpu_workers=2)"
+                "use gpus, cpu_workers (or max_workers) and threads (e.g. gpus=cpu,cpu_workers=2)"
             )
+        if max_workers is not None:
+            if cpu_workers not in (1, max_workers):
+                raise ConfigError(
+                    f"GPURunner: cpu_workers={cpu_workers!r} and max_workers={max_workers!r} "
+                    "name the same setting; give one of them"
+                )
+            cpu_workers = max_workers
+        if isinstance(gpus, int) and not isinstance(gpus, bool):
+            typed = raw_runner_param("gpus")
+            if typed is not None and typed != str(gpus):
+                gpus = typed  # what OmegaConf read as a number, e.g. 4:5:6:7 -> 882367
         # ParallelRunner.__init__, except that the manager of the shared-memory datasets (a
         # process) ends with this one even if it is killed, as the node processes do.
         AbstractRunner.__init__(self, is_async=is_async)

@@ -6,7 +6,7 @@ from kedro.config import OmegaConfigLoader
 
 from hed.atomic_io import install_atomic_local_writes
 from hed.errors import install_short_tracebacks
-from hed.hooks import ProjectHooks, ProvenanceHooks
+from hed.hooks import ProjectHooks, ProvenanceHooks, ShardPartsHooks
 
 # Every local file a dataset writes appears only when complete (temporary file + rename),
 # in the `kedro` process and in the runner's subprocesses, which import these settings too.
@@ -22,7 +22,7 @@ warnings.filterwarnings("ignore", message="One or more dataset names contain '.'
 # Kedro 1.7's own config loader calls OmegaConf's deprecated register_new_resolver: not ours
 warnings.filterwarnings("ignore", message=r"register_new_resolver\(\) is deprecated")
 
-HOOKS = (ProjectHooks(), ProvenanceHooks())
+HOOKS = (ProjectHooks(), ProvenanceHooks(), ShardPartsHooks())
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {

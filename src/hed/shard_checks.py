@@ -290,7 +290,7 @@ def check_generation_metadata(
 
 
 def check_same_dtype(dtypes: dict[str, str], meta: dict[str, Any], source: str, label: str) -> None:
-    """All shards of a step ran in one dtype (``auto`` resolves per device: bf16 vs fp32)."""
+    """All shards of a step ran in one dtype (``by_device`` resolves per device: bf16 vs fp32)."""
     dtype = meta.get("dtype")
     if dtype is None:
         return
@@ -298,7 +298,8 @@ def check_same_dtype(dtypes: dict[str, str], meta: dict[str, Any], source: str, 
         other, first = next(iter(dtypes.items()))
         raise InputDataError(
             f"{label}: {source} was generated in {dtype} but {first} in {other} (generation.dtype "
-            f"auto is bfloat16 on CUDA, float32 on CPU); regenerate one of them on the other "
+            f"by_device is bfloat16 on CUDA and on CPUs with native bfloat16, float32 on other "
+            f"CPUs); regenerate one of them on the other "
             f"device or set generation.dtype explicitly"
         )
     dtypes.setdefault(dtype, source)

@@ -11,8 +11,9 @@ Compared — they change which tokens are sampled or what a record holds:
 
 * ``generation.samples_per_prompt``, ``temperature``, ``top_p``, ``top_k``,
   ``max_new_tokens``, ``seed``, ``top_prob_k``;
-* ``generation.dtype`` (``auto`` is resolved for the device the shard ran on: bfloat16 on
-  CUDA, float32 on CPU);
+* ``generation.dtype`` (``by_device`` is resolved for the device the shard ran on: bfloat16
+  on CUDA and on CPUs with native bfloat16, float32 on other CPUs; ``auto`` to the
+  checkpoint's own dtype);
 * the prompt rendering: ``prompts.apply_chat_template``, ``enable_thinking``,
   ``system_prompt``;
 * the checkpoint: ``config_sha256`` and ``weights_index_sha256`` of the (run, step) in the
@@ -38,6 +39,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any, NamedTuple
+
+from hed.errors import HEDError
 
 #: Parquet key-value metadata key holding the generation parameters of a shard file.
 GENERATION_METADATA_KEY = b"hed.generation"
@@ -96,12 +99,16 @@ def chat_template_settings(prompt_params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def effective_dtype(configured: str | None, device: str) -> str:
-    """The dtype name ``generation.dtype`` resolves to on ``device`` (``auto``: bf16 on CUDA)."""
-    name = str(configured or "auto")
-    if name == "auto":
-        return "bfloat16" if str(device).startswith("cuda") else "float32"
-    return name
+def effective_dtype(configured: str | None, device: str, model_dir: str | None = None) -> str:
+    """The dtype name ``generation.dtype`` resolves to on ``device`` (:mod:`hed.compute_dtype`).
+
+    ``by_device`` (the default) gives bfloat16 on CUDA and on CPUs with native bfloat16, else
+    float32; ``auto`` the checkpoint's own dtype (read from ``model_dir``; ``"auto"`` itself
+    when no folder is given).
+    """
+    from hed.compute_dtype import dtype_name
+
+    return dtype_name(configured, device, model_dir)
 
 
 def stale_field(
@@ -153,16 +160,25 @@ def _stale_sampling(recorded: dict[str, Any], generation: dict[str, Any]) -> Sta
     sampling = recorded.get("sampling") or {}
     for name, default in SAMPLING_DEFAULTS.items():
         if name in sampling:
-            pairs.append((name, sampling[name], generation.get(name, default)))
+            then, now = sampling[name], generation.get(name, default)
+            if name == "top_k":  # 0 (transformers, TRL) and -1 (vLLM, verl) also mean off
+                then, now = (None if v in (0, -1) else v for v in (then, now))
+            pairs.append((name, then, now))
     for name, then, now in pairs:
         if not _same_number(then, now):
             return _field(f"generation.{name}", then, now)
     if "dtype" in recorded:
         device = str(recorded.get("device", "cpu"))
-        configured = generation.get("dtype", "auto")
-        now = effective_dtype(configured, device)
+        configured = generation.get("dtype", "by_device")
+        model_dir = (recorded.get("checkpoint") or {}).get("model_dir")
+        try:
+            now = effective_dtype(configured, device, model_dir)
+        except HEDError:  # auto, and the checkpoint is not on this machine (a re-plot):
+            now = str(recorded["dtype"])  # its config_sha256 (compared below) covers its dtype
+        if now == "auto":
+            now = str(recorded["dtype"])
         if recorded["dtype"] != now:
-            shown = f"{configured} (= {now} on {device})" if configured == "auto" else now
+            shown = f"{configured} (= {now} on {device})" if configured != now else now
             return StaleField(
                 "generation.dtype",
                 str(recorded["dtype"]),

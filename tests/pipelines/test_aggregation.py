@@ -156,7 +156,7 @@ GENERATION = {
     "batch_size": 8,
     "seed": 0,
     "top_prob_k": 2,
-    "dtype": "auto",
+    "dtype": "by_device",
     "torch_threads": None,
     "log_every_s": 30,
 }
@@ -175,6 +175,15 @@ CHECKPOINTS = {
         },
     }
 }
+
+
+@pytest.fixture(autouse=True)
+def cpu_without_native_bf16(monkeypatch):
+    """by_device on CPU is float32 here, as on a CPU without AVX512-BF16 / AMX."""
+    from hed import compute_dtype
+
+    monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: False)
+
 
 #: What generate_shard records for GENERATION, PROMPT_PARAMS and CHECKPOINTS on a CPU.
 RECORDED = {
@@ -417,14 +426,14 @@ def test_shard_made_with_another_sampling_parameter_is_refused(
 
 def test_shard_made_in_another_dtype_is_refused(tmp_path):
     records, sequences = current_shards(tmp_path)
-    run_checks(records, sequences, generation={**GENERATION, "dtype": "float32"})  # = auto on CPU
+    run_checks(records, sequences, generation={**GENERATION, "dtype": "float32"})  # = by_device
     with pytest.raises(InputDataError) as exc:
         run_checks(records, sequences, generation={**GENERATION, "dtype": "bfloat16"})
     assert "generation.dtype was float32 when it was generated but is bfloat16 now" in one_line(exc)
 
 
 def test_shards_of_one_step_in_two_dtypes_are_refused(tmp_path):
-    """``auto`` is bf16 on CUDA and fp32 on CPU: a step resumed on another machine mixes them."""
+    """``by_device`` is bf16 on CUDA, fp32 on this CPU: a step resumed elsewhere mixes them."""
     tables = shard_tables(RESPONSES, 2, recorded=RECORDED)
     on_gpu = shard_tables(
         RESPONSES, 2, recorded={**RECORDED, "dtype": "bfloat16", "device": "cuda"}

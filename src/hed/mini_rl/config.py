@@ -48,6 +48,22 @@ FIXED_TRAINER_ARGS: dict[str, Any] = {
     "push_to_hub": False,
 }
 
+
+def cpu_trainer_args(trainer_args: Mapping[str, Any]) -> dict[str, Any]:
+    """``trainer_args`` with ``bf16`` set by the CPU's capability unless the run sets it.
+
+    TRL trains on CPU (``use_cpu``); bfloat16 autocast only pays where the processor has
+    native bfloat16 (:func:`hed.compute_dtype.cpu_has_native_bf16`: AVX512-BF16 or AMX), so
+    no environment hard-codes it. An explicit ``bf16`` in ``mini_rl.training`` wins.
+    """
+    from hed.compute_dtype import cpu_has_native_bf16
+
+    args = dict(trainer_args)
+    if args.get("bf16") is None:
+        args["bf16"] = cpu_has_native_bf16()
+    return args
+
+
 #: Prompt-rendering keys of ``params:prompts`` that change what the policy is trained on.
 PROMPT_KEYS = ("apply_chat_template", "enable_thinking", "system_prompt", "instruction_suffix")
 
@@ -246,7 +262,7 @@ def training_specs(
                 wandb_project=str(wandb_cfg.get("project", "hed-mini-rl")),
                 base_model_dir=str(base["model_dir"]),
                 embedded=bool(base.get("embedded", False)),
-                trainer_args={**merged, **FIXED_TRAINER_ARGS},
+                trainer_args={**cpu_trainer_args(merged), **FIXED_TRAINER_ARGS},
                 save_steps=schedule,
                 metric_key=str(validation.get("metric_key") or DEFAULT_METRIC_KEY),
                 validation_max_new_tokens=int(validation.get("max_new_tokens", 32)),

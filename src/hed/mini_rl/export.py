@@ -51,6 +51,28 @@ def checkpoint_copy(model: Any, tokenizer: Any, eos_token_ids: Sequence[int]) ->
     return frozen
 
 
+def compute_copy(model: Any) -> Any:
+    """A copy of ``model`` with the checkpoint's values (bfloat16) in the CPU's compute dtype.
+
+    The weights are rounded to bfloat16 as :func:`checkpoint_copy` saves them, then kept in
+    bfloat16 where the CPU computes it natively and cast to float32 elsewhere
+    (:func:`hed.compute_dtype.cpu_dtype_name`): the same values either way, without torch's
+    slow scalar bfloat16 kernel on CPUs without AVX512-BF16 / AMX.
+    """
+    import torch
+
+    return as_compute_dtype(copy.deepcopy(model).to(torch.bfloat16))
+
+
+def as_compute_dtype(frozen: Any) -> Any:
+    """``frozen`` (a bfloat16 model, changed in place) in the CPU's compute dtype."""
+    import torch
+
+    from hed.compute_dtype import cpu_dtype_name
+
+    return frozen.to(getattr(torch, cpu_dtype_name()))
+
+
 def save_actor_hf(frozen: Any, tokenizer: Any, checkpoint_root: str | Path, step: int) -> Path:
     """Write a :func:`checkpoint_copy` and the tokenizer as the checkpoint of ``step``.
 

@@ -40,7 +40,7 @@ from hed.checkpoints import validate_model_dir
 from hed.embedded import ensure_embedded_checkpoint
 from hed.mini_rl.config import STEP_KEY, TrainingSpec, frame_hash, model_identity
 from hed.mini_rl.cpu import CoreMeter, torch_threads_for
-from hed.mini_rl.export import checkpoint_copy, eos_ids_of, save_actor_hf
+from hed.mini_rl.export import as_compute_dtype, checkpoint_copy, eos_ids_of, save_actor_hf
 from hed.mini_rl.manifest import (
     STATUS_COMPLETE,
     STATUS_TRAINING,
@@ -217,9 +217,11 @@ def train_run(
         ) as run:
 
             def checkpoint(policy: Any, step: int) -> dict[str, Any]:
-                # validate the checkpoint as saved (bf16), which is also 2-3x faster on CPU
+                # validate the checkpoint as saved (its bf16 values), computed in bf16 where
+                # the CPU has native bf16 (2-3x faster there), else in float32
                 frozen = checkpoint_copy(policy, tokenizer, eos_ids)
                 model_dir = save_actor_hf(frozen, tokenizer, spec.checkpoint_root, step)
+                frozen = as_compute_dtype(frozen)
                 result: ValidationResult = greedy_validation(
                     frozen,
                     tokenizer,

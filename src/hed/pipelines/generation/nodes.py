@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from typing import Any
 
 import numpy as np
@@ -146,6 +145,7 @@ def generate_shard(
     checkpoints: dict[str, Any],
     prompt_params: dict[str, Any],
     params: dict[str, Any],
+    parts: Any = None,
     *,
     run: str,
     step: int,
@@ -159,11 +159,19 @@ def generate_shard(
     softmax(z / T) over the full vocabulary (:mod:`hed.recording`), its text and whether it is
     special; responses are graded with math-verify when the prompt has an answer.
 
+    Crash-safe: finished sequences go to the shard's partial area ``parts`` as they complete
+    (one part per batch); a rerun with the same generation metadata and checkpoint keeps them
+    and generates only the missing (prompt, sample) pairs (:mod:`hed.shard_parts`). Progress:
+    a bar or periodic log lines, updated at every decode step, and a summary line
+    (:mod:`hed.progress`).
+
     Args:
         prompts: ``prompts``.
         checkpoints: ``checkpoints`` (from :func:`resolve_checkpoints`).
         prompt_params: ``params:prompts`` (chat template settings).
         params: ``params:generation``.
+        parts: ``<run>.step_<step>.shard_<k>.partial`` (a :class:`hed.shard_parts.ShardParts`);
+            None keeps nothing on disk.
         run, step, shard: which shard of which checkpoint (bound when the pipeline is built).
 
     Returns:
@@ -180,6 +188,7 @@ def generate_shard(
     """
     import torch
 
+    from hed.progress import ShardProgress
     from hed.recording import (
         PromptInput,
         checkpoint_eos_token_ids,
@@ -187,6 +196,7 @@ def generate_shard(
         load_model_and_tokenizer,
         resolve_dtype,
     )
+    from hed.shard_parts import keep_and_generate
 
     entry = checkpoints.get(run, {}).get("steps", {}).get(str(step))
     if entry is None:
@@ -194,14 +204,32 @@ def generate_shard(
             f"no checkpoint resolved for run {run!r} step {step}: rerun `resolve_checkpoints`"
         )
     num_shards = int(params["num_shards"])
+    samples = int(params["samples_per_prompt"])
     mine = prompts[prompts["prompt_index"] % num_shards == shard]
     if params.get("torch_threads"):
         torch.set_num_threads(int(params["torch_threads"]))
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = resolve_dtype(params.get("dtype", "auto"), device)
+    dtype = resolve_dtype(params.get("dtype"), device, entry["model_dir"])
     sampling = sampling_params_from(params)
+    label = f"{run}.step_{step}.shard_{shard}"
+    answers = dict(zip(mine["prompt_index"].astype(int), mine["answer"], strict=True))
+    ids_of = dict(zip(mine["prompt_index"].astype(int), mine["prompt_id"], strict=True))
+    generation_metadata = {
+        "run": run,
+        "step": step,
+        "shard": shard,
+        "num_shards": num_shards,
+        "samples_per_prompt": samples,
+        "sampling": sampling.__dict__,
+        "dtype": str(dtype).removeprefix("torch."),
+        "device": device,
+        "checkpoint": entry,
+        "prompt_ids": sorted(set(ids_of.values())),
+        "chat_template": chat_template_settings(prompt_params),
+        "hed_version": hed.__version__,
+    }
     model, tokenizer = load_model_and_tokenizer(
-        entry["model_dir"], dtype=params.get("dtype", "auto"), device=device
+        entry["model_dir"], dtype=dtype_name_of(dtype), device=device
     )
     eos_ids = checkpoint_eos_token_ids(model, tokenizer)
     inputs = [
@@ -212,46 +240,27 @@ def generate_shard(
         )
         for row in mine.itertuples()
     ]
-    answers = dict(zip(mine["prompt_index"].astype(int), mine["answer"], strict=True))
-    ids_of = dict(zip(mine["prompt_index"].astype(int), mine["prompt_id"], strict=True))
     special_ids = np.array(sorted(set(tokenizer.all_special_ids) | set(eos_ids)), dtype=np.int32)
+    progress: ShardProgress | None = None
 
-    progress = _ProgressLog(
-        f"{run}.step_{step}.shard_{shard}",
-        len(inputs) * int(params["samples_per_prompt"]),
-        params.get("log_every_s", 30),
-    )
-    sequences = list(
-        generate_sequences(
-            model,
-            tokenizer,
-            inputs,
-            int(params["samples_per_prompt"]),
-            sampling,
-            eos_ids,
-            progress=progress,
+    def generate(kept: set[tuple[int, int]]):
+        nonlocal progress
+        progress = ShardProgress(
+            label, len(inputs) * samples - len(kept), params.get("log_every_s")
         )
-    )
-    progress.finish()
-    metadata = {
-        GENERATION_METADATA_KEY: json.dumps(
-            {
-                "run": run,
-                "step": step,
-                "shard": shard,
-                "num_shards": num_shards,
-                "samples_per_prompt": int(params["samples_per_prompt"]),
-                "sampling": sampling.__dict__,
-                "dtype": str(dtype).removeprefix("torch."),
-                "device": device,
-                "checkpoint": entry,
-                "prompt_ids": sorted(set(ids_of.values())),
-                "chat_template": chat_template_settings(prompt_params),
-                "hed_version": hed.__version__,
-            },
-            sort_keys=True,
-        ).encode()
-    }
+        return generate_sequences(
+            model, tokenizer, inputs, samples, sampling, eos_ids, progress=progress, skip=kept
+        )
+
+    if parts is None:
+        sequences, n_kept = list(generate(set())), 0
+    else:
+        sequences, n_kept = keep_and_generate(
+            parts, generation_metadata, generate, every=sampling.batch_size, label=label
+        )
+    if progress is not None:
+        progress.finish([s.finish_reason for s in sequences[n_kept:]], kept=n_kept)
+    metadata = {GENERATION_METADATA_KEY: json.dumps(generation_metadata, sort_keys=True).encode()}
     records = records_table(sequences, run=run, step=step, shard=shard, special_ids=special_ids)
     seqs = sequences_table(
         sequences, answers, ids_of, run=run, step=step, shard=shard, special_ids=special_ids
@@ -260,6 +269,11 @@ def generate_shard(
         "token_records": records.replace_schema_metadata(metadata),
         "sequences": seqs.replace_schema_metadata(metadata),
     }
+
+
+def dtype_name_of(dtype: Any) -> str:
+    """``torch.bfloat16`` → ``"bfloat16"``."""
+    return str(dtype).removeprefix("torch.")
 
 
 def records_table(
@@ -352,33 +366,3 @@ def sequences_table(
             }
         )
     return pa.Table.from_pylist(rows, schema=SEQUENCE_SCHEMA)
-
-
-class _ProgressLog:
-    """Periodic log line: responses done, tokens generated, tokens/s."""
-
-    def __init__(self, label: str, total: int, every_s: float) -> None:
-        self.label, self.total, self.every_s = label, total, float(every_s or 30)
-        self.started = self.last = time.monotonic()
-        self.done = self.tokens = 0
-
-    def __call__(self, n_sequences: int, n_tokens: int) -> None:
-        self.done, self.tokens = n_sequences, n_tokens
-        now = time.monotonic()
-        if now - self.last >= self.every_s:
-            self.last = now
-            self._log()
-
-    def finish(self) -> None:
-        self._log()
-
-    def _log(self) -> None:
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        logger.info(
-            "%s: %d/%d responses, %d tokens, %.1f tokens/s",
-            self.label,
-            self.done,
-            self.total,
-            self.tokens,
-            self.tokens / elapsed,
-        )

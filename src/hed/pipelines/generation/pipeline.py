@@ -24,7 +24,9 @@ def create_pipeline(
 
     Nodes: ``build_prompt_set`` (raw_prompts → prompts), ``resolve_checkpoints`` (→ checkpoints)
     and, for every (run, step, shard), ``<run>.step_<step>.shard_<k>.generate_shard`` tagged
-    ``gpu`` writing ``<run>.step_<step>.shard_<k>.token_records`` and ``.sequences``.
+    ``gpu`` writing ``<run>.step_<step>.shard_<k>.token_records`` and ``.sequences``, with
+    the shard's partial area ``<run>.step_<step>.shard_<k>.partial`` as an input (finished
+    sequences kept across a crash, :mod:`hed.shard_parts`).
     In an environment with ``mini_rl`` parameters, ``resolve_checkpoints`` also takes
     ``mini_rl_manifest`` so it runs after the training that writes the checkpoints.
 
@@ -42,6 +44,7 @@ def create_pipeline(
                 "checkpoints": "checkpoints",
                 "prompt_params": "params:prompts",
                 "params": "params:generation",
+                "parts": f"{shard_namespace(run.name, step, shard)}.partial",
             },
             outputs={
                 "token_records": f"{shard_namespace(run.name, step, shard)}.token_records",

@@ -1,0 +1,59 @@
+"""The per-shard progress: a tqdm bar on a terminal, periodic log lines otherwise, a summary."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from hed import progress as progress_module
+from hed.progress import ShardProgress
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_without_a_terminal_it_logs_every_period_with_an_eta(monkeypatch, caplog):
+    clock = _Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    bar = ShardProgress("r.step_0.shard_1", total=10, every_s=30, stream=io.StringIO())
+    with caplog.at_level(logging.INFO, logger="hed.progress"):
+        clock.now = 110.0
+        bar(0, 40)  # within the period: no line
+        clock.now = 130.0
+        bar(2, 100)
+        clock.now = 140.0
+        bar(2, 140)
+        line = bar.finish(["eos", "length", "eos"], kept=4)
+    messages = [r.getMessage() for r in caplog.records]
+    # 2 of 10 sequences in 30 s -> 8 more at 15 s each = 120 s
+    assert messages[0] == "r.step_0.shard_1: 2/10 sequences, 100 tokens, 3.3 tokens/s, ETA 120 s"
+    assert (
+        messages[-1]
+        == line
+        == (
+            "r.step_0.shard_1: generated 2 sequence(s), 140 tokens in 40.0 s (3.5 tokens/s); "
+            "finish reasons: eos 2, length 1; 4 kept from the partial shard"
+        )
+    )
+    assert len(messages) == 2
+
+
+def test_on_a_terminal_it_draws_a_bar_of_sequences_with_tokens_per_second():
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    bar = ShardProgress("r.step_0.shard_0", total=8, stream=stream)
+    bar(0, 12)
+    bar(4, 40)
+    bar(8, 80)
+    bar.finish(["eos"] * 8)
+    text = stream.getvalue()
+    assert "r.step_0.shard_0" in text and "8/8" in text and "80 tokens" in text
+    assert "tokens/s" in text

@@ -6,15 +6,28 @@ import json
 import os
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from kedro.framework.project import configure_project, pipelines
+from kedro.framework.session import KedroSession
 from kedro.io import DataCatalog
 from kedro.pipeline import Node, Pipeline
 from kedro_datasets.json import JSONDataset
 
 from hed.errors import ConfigError
 from hed.runners import FailedNodesError, RayRunner
+from hed.shard_metadata import GENERATION_METADATA_KEY
 from tests import runner_nodes
-from tests.ray_cluster import local_cluster, two_node_cluster
+from tests.project_copy import (
+    MERGED_FOLDER,
+    NUM_SHARDS,
+    RUN,
+    shard_paths,
+    small_step_project,
+    versions,
+)
+from tests.ray_cluster import local_cluster
 from tests.test_runners import sleeping
 
 
@@ -120,7 +133,9 @@ def test_a_killed_task_is_reported_with_the_resume_command_while_the_others_fini
     monkeypatch.delenv("KEDRO_ENV", raising=False)
     nodes = [
         *gpu_nodes(["good_a", "good_b"], seconds=0.5),
-        Node(func=runner_nodes.kill_self, inputs=None, outputs="killed", name="killed", tags=["gpu"]),
+        Node(
+            func=runner_nodes.kill_self, inputs=None, outputs="killed", name="killed", tags=["gpu"]
+        ),
         Node(func=runner_nodes.pass_through, inputs="killed", outputs="after", name="after"),
         Node(func=runner_nodes.pass_through, inputs="good_a", outputs="after_a", name="after_a"),
     ]
@@ -140,3 +155,60 @@ def test_a_killed_task_is_reported_with_the_resume_command_while_the_others_fini
     assert read(tmp_path, "after_a") == read(tmp_path, "good_a")
     assert not (tmp_path / "killed.json").exists()
     assert not (tmp_path / "after.json").exists()
+
+
+# ------------------------------------------------------------------ the demo chain
+
+
+def _shard_tables(project: Path) -> dict[str, pa.Table]:
+    """Every shard file's (latest) table of the small step, by file name."""
+    tables = {}
+    for k in range(NUM_SHARDS):
+        for path in shard_paths(project, k):
+            (latest,) = versions(path)
+            tables[path.name] = pq.read_table(latest)
+    return tables
+
+
+def _generation_metadata(table: pa.Table) -> dict:
+    return json.loads(table.schema.metadata[GENERATION_METADATA_KEY])
+
+
+def test_the_demo_chain_on_ray_matches_sequential_runner(
+    local_ray, tmp_path, smollm2_dir, uninterrupted_small_step
+):
+    sequential_project, _ = uninterrupted_small_step
+    project = small_step_project(tmp_path / "ray", smollm2_dir)
+    configure_project("hed")
+    pipelines.configure("hed.pipeline_registry")
+    runner = RayRunner()
+    with KedroSession.create(project_path=project) as session:
+        session.run(pipeline_names=["generation", "aggregation"], runner=runner)
+
+    generated = [f"{RUN}.step_0.shard_{k}.generate_shard" for k in range(NUM_SHARDS)]
+    assert sorted(runner.placements) == generated  # every gpu node was a Ray task, no other
+    ours, theirs = _shard_tables(project), _shard_tables(sequential_project)
+    assert sorted(ours) == sorted(theirs)
+    devices = set()
+    for name, table in ours.items():
+        assert table.replace_schema_metadata(None).equals(
+            theirs[name].replace_schema_metadata(None)
+        ), name
+        recorded, baseline = _generation_metadata(table), _generation_metadata(theirs[name])
+        devices.add(recorded.pop("cuda_visible_devices"))
+        assert baseline.pop("cuda_visible_devices") is None  # SequentialRunner sets none
+        recorded.pop("host"), baseline.pop("host")
+        assert recorded == baseline
+    assert devices == {"0", "1"}  # the nodes ran on both declared GPUs
+    merged = [
+        project / MERGED_FOLDER / "step_0.parquet",
+        project / MERGED_FOLDER / "step_0.sequences.parquet",
+    ]
+    for path in merged:
+        (ray_file,) = versions(path)
+        (sequential_file,) = versions(sequential_project / path.relative_to(project))
+        assert (
+            pq.read_table(ray_file)
+            .replace_schema_metadata(None)
+            .equals(pq.read_table(sequential_file).replace_schema_metadata(None))
+        )

@@ -356,7 +356,9 @@ class RayRunner(AbstractRunner):
 
     def _runner_params(self) -> str:
         params = [f"address={self._address}"] if self._address else []
-        params += [f"{k}={v}" for k, v in self._local.items() if v is not None and not self._address]
+        params += [
+            f"{k}={v}" for k, v in self._local.items() if v is not None and not self._address
+        ]
         if self._threads != 1:
             params.append(f"threads={self._threads}")
         return ",".join(params) or "address=auto"

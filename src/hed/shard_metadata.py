@@ -29,7 +29,8 @@ Not compared — recorded for the audit trail only:
   batch size are an equally valid sample of the same distribution, and lowering the batch
   size is the usual fix for an out-of-memory resume, which must not invalidate finished
   shards. Keep it fixed for bit-identical reruns.
-* the device (``cuda`` / ``cpu``), ``torch_threads``, ``log_every_s``, ``hed_version``.
+* the device (``cuda`` / ``cpu``), ``torch_threads``, ``log_every_s``, ``hed_version``, and
+  where the shard ran: ``host`` and ``cuda_visible_devices`` (as the runner set it).
 * ``generation.num_shards``, ``run``, ``step`` and ``shard`` are checked separately (the
   shard's place in the step).
 """
@@ -53,7 +54,15 @@ SAMPLING_DEFAULTS: dict[str, Any] = {
 }
 
 #: ``generation`` parameters recorded but deliberately not compared (see the module docstring).
-NOT_COMPARED = ("batch_size", "torch_threads", "log_every_s", "device", "hed_version")
+NOT_COMPARED = (
+    "batch_size",
+    "torch_threads",
+    "log_every_s",
+    "device",
+    "hed_version",
+    "host",
+    "cuda_visible_devices",
+)
 
 #: Prompt rendering settings (``params:prompts``) compared.
 CHAT_TEMPLATE_KEYS = ("apply_chat_template", "enable_thinking", "system_prompt")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import time
 from typing import Any
 
@@ -225,6 +227,8 @@ def generate_shard(
                 "sampling": sampling.__dict__,
                 "dtype": str(dtype).removeprefix("torch."),
                 "device": device,
+                "host": socket.gethostname(),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "checkpoint": entry,
                 "prompt_ids": sorted(set(ids_of.values())),
                 "chat_template": chat_template_settings(prompt_params),

@@ -257,6 +257,7 @@ class RayRunner(AbstractRunner):
     def __init__(
         self,
         address: str | None = None,
+        *,
         num_gpus: int | None = None,
         num_cpus: int | None = None,
         object_store_memory: int | None = None,

@@ -45,8 +45,8 @@ import pyarrow.parquet as pq
 from hed.atomic_io import owned_temporary_folder
 from hed.errors import ConfigError, InputDataError
 from hed.lexicon import Lexicon, parse_lexicon
-from hed.shard_metadata import GENERATION_METADATA_KEY, stale_field
 from hed.schema import MERGED_TOKEN_RECORD_SCHEMA, RECORD_KEY, SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+from hed.shard_metadata import GENERATION_METADATA_KEY, stale_field
 from hed.thresholds import (
     EntropyThreshold,
     HighEntropyMarker,

@@ -21,7 +21,6 @@ from hed.grading import grade_response, normalise_reference
 from hed.layout import layout_from_params
 from hed.prompts import PROMPT_COLUMNS, pick_prompt_column, prompt_id, render_prompt, sample_rows
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
-
 from hed.shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
 
 logger = logging.getLogger(__name__)

@@ -43,10 +43,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import fsspec
 from kedro.framework.hooks import hook_impl
 from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError
 
-from hed.atomic_io import write_error
+from hed.atomic_io import filesystem_of, is_remote, url_of, write_error
 from hed.errors import ConfigError, InputDataError, OutputWriteError
 
 logger = logging.getLogger(__name__)
@@ -154,7 +155,11 @@ def describe_dataset(catalog: Any, name: str, mode: str = "load") -> dict[str, A
             info["error"] = str(exc).splitlines()[0]
             return info
         info["version"] = version
-        info["path"] = str(dataset._get_versioned_path(version)) if version else info["filepath"]
+        if version:
+            path = dataset._get_versioned_path(version)
+            info["path"] = url_of(getattr(dataset, "_protocol", "file") or "file", path)
+        else:
+            info["path"] = info["filepath"]
     else:
         info["path"] = info["filepath"]
     return info
@@ -168,7 +173,10 @@ def _filepath(dataset: AbstractDataset) -> str | None:
         except Exception:
             return None
         path = described.get("filepath") or described.get("path")
-    return None if path is None else str(path)
+    if path is None:
+        return None
+    # kedro-datasets keep an object store's path without its protocol: give the whole URL
+    return url_of(getattr(dataset, "_protocol", "file") or "file", path)
 
 
 def _is_dataset(name: str) -> bool:
@@ -302,19 +310,21 @@ def rerun_reporting(env: str) -> str:
     return f"kedro run --pipelines reporting{suffix}"
 
 
-def _sha256(path: Path) -> str:
+def _sha256(path: Path | str) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with fsspec.open(str(path), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
 
 
-def _copy_atomically(source: Path, dest: Path) -> None:
+def _copy_atomically(source: Path | str, dest: Path) -> None:
+    """Copy ``source`` (a local path or an ``s3://`` / ``gs://`` URL) to the local ``dest``."""
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     os.close(fd)
     try:
-        shutil.copyfile(source, tmp)
+        with fsspec.open(str(source), "rb") as reader, open(tmp, "wb") as writer:
+            shutil.copyfileobj(reader, writer, 1 << 20)
         os.replace(tmp, dest)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -358,7 +368,7 @@ class PublishedArtifactsDataset(AbstractDataset[dict[str, Any], dict[str, Any]])
             raise OutputWriteError(f"cannot publish under {self._root}: {exc}") from None
         project = Path(data.get("project_path") or ".")
         sources = {name: _resolve(project, entry["path"]) for name, entry in data["files"].items()}
-        absent = [f"{name} ({src})" for name, src in sources.items() if not src.is_file()]
+        absent = [f"{name} ({src})" for name, src in sources.items() if not _is_file(src)]
         if absent:
             raise InputDataError(
                 f"cannot publish {env}: {', '.join(absent)} do not exist; rerun "
@@ -435,6 +445,14 @@ def _relative(path: str, project: Path) -> str:
         return str(path)
 
 
-def _resolve(project: Path, path: str) -> Path:
+def _is_file(path: Path | str) -> bool:
+    """Whether ``path`` (local, or an object-store URL) is a file."""
+    fs, bare = filesystem_of(path)
+    return fs.isfile(bare)
+
+
+def _resolve(project: Path, path: str) -> Path | str:
+    if is_remote(path):
+        return path
     candidate = Path(path)
     return candidate if candidate.is_absolute() else project / candidate

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -14,11 +19,13 @@ from hed.atomic_io import install_atomic_object_writes
 from tests.project_copy import (
     MERGED_FOLDER,
     NUM_SHARDS,
+    REPO_ROOT,
     RUN,
     run_kedro,
     shard_paths,
     small_step_project,
     versions,
+    wait_for,
 )
 from tests.s3_server import BUCKET, moto_s3, s3
 
@@ -149,3 +156,65 @@ def test_publish_copies_the_files_from_the_object_store(s3_chain):
     for name, entry in manifest["files"].items():
         assert entry["source"].startswith(f"s3://{BUCKET}/chain/data/08_reporting/"), entry
         assert (folder / name).read_bytes() == fs.cat(entry["source"].removeprefix("s3://"))
+
+
+KILLED_WRITER = """
+import sys, time
+import pyarrow as pa
+from kedro.io.core import Version
+from hed.atomic_io import install_atomic_object_writes
+from hed.datasets import ArrowParquetDataset
+
+install_atomic_object_writes()
+url, marker = sys.argv[1:]
+dataset = ArrowParquetDataset(filepath=url, version=Version(None, "2026-01-01T00.00.00.000Z"))
+
+def chunks():
+    yield pa.table({"entropy": [0.5] * 10_000})
+    open(marker, "w").write("written")  # the first chunk is in the file: now kill me
+    time.sleep(120)
+    yield pa.table({"entropy": [0.25]})
+
+dataset.save(chunks())
+"""
+
+
+def test_a_killed_write_leaves_no_object_a_later_run_takes_for_complete(s3_server, tmp_path):
+    from kedro.io.core import Version
+
+    from hed.datasets import ArrowParquetDataset
+
+    url = f"s3://{BUCKET}/killed/records.parquet"
+    marker = tmp_path / "marker"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, url, str(marker)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT)])},
+    )
+    try:
+        assert wait_for(marker.exists, 60), "the writer did not start writing"
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    assert writer.returncode == -signal.SIGKILL
+    assert s3().find(f"{BUCKET}/killed") == []  # no object, not even a partial one
+    later = ArrowParquetDataset(filepath=url, version=Version(None, None))
+    assert not later.exists()  # --only-missing-outputs reruns the node that writes it
+    # the killed writer's local scratch folder goes with the next upload on this host
+    scratch = list(Path(tempfile.gettempdir()).glob(f"hed-upload-*-{writer.pid}-*"))
+    assert len(scratch) == 1
+    later.save(pa.table({"entropy": [0.125, 0.5]}))
+    assert not scratch[0].exists()
+    fresh = ArrowParquetDataset(filepath=url, version=Version(None, None))
+    assert fresh.exists()
+    assert fresh.load().to_table().column("entropy").to_pylist() == [0.125, 0.5]
+
+
+def test_a_write_that_raises_half_way_leaves_no_object(s3_server):
+    from kedro.io.core import DatasetError
+    from kedro_datasets.json import JSONDataset
+
+    dataset = JSONDataset(filepath=f"s3://{BUCKET}/raised/config.json")
+    with pytest.raises(DatasetError):
+        dataset.save({"entropy": 0.5, "not_json": object()})  # json.dump fails half-way
+    assert s3().find(f"{BUCKET}/raised") == []
+    assert not dataset.exists()

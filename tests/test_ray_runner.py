@@ -147,7 +147,7 @@ def test_a_killed_task_is_reported_with_the_resume_command_while_the_others_fini
     assert error.failures["killed"].startswith("its Ray worker died before the node finished")
     assert error.skipped == {"after": ["killed"]}
     assert error.resume_command == (
-        "kedro run --runner hed.ray_runner.RayRunner --runner-params address=auto "
+        "kedro run --runner hed.runners.RayRunner --runner-params address=auto "
         "--from-nodes killed"
     )
     assert read(tmp_path, "good_a")["cuda_visible_devices"] in {"0", "1"}

@@ -30,6 +30,7 @@ import logging
 import os
 import pickle
 import socket
+import sys
 import time
 from collections.abc import Iterable
 from concurrent.futures import Executor
@@ -117,8 +118,16 @@ def run_task(
     package_name: str | None,
     logging_config: dict[str, Any] | None,
     project_path: str,
+    source_dirs: list[str],
 ) -> tuple[str, str, str, dict[str, Any]]:
     """Body of a node's Ray task: set up the project, run the pickled Kedro ``Task``.
+
+    Args:
+        payload: the pickled ``Task`` (its node and a catalog of the node's datasets).
+        package_name: the project package (``configure_project``).
+        logging_config: the driver's logging configuration.
+        project_path: the driver's working folder; the task works there when it exists here.
+        source_dirs: the driver's import folders inside it (``src``), put on ``sys.path``.
 
     Returns:
         ``(status, reason, traceback, where)``: status ``ok`` or ``error``, the one-line reason
@@ -127,6 +136,9 @@ def run_task(
     where = describe_worker()
     if os.path.isdir(project_path):
         os.chdir(project_path)
+    for folder in reversed(source_dirs):  # the project's src/, as ``kedro run`` puts it first
+        if os.path.isdir(folder) and folder not in sys.path:
+            sys.path.insert(0, folder)
     try:
         if package_name:
             kedro_project.configure_project(package_name)
@@ -155,6 +167,8 @@ class _RayNodeExecutor(_NodeExecutor):
         self._refs: dict[str, Any] = {}
         self.placements: dict[str, dict[str, Any]] = {}
         self._project_path = os.getcwd()
+        inside = self._project_path.rstrip(os.sep) + os.sep
+        self._source_dirs = [p for p in sys.path if p and os.path.abspath(p).startswith(inside)]
         super().__init__(slots, threads, dependencies, log)
 
     def stop(self) -> None:
@@ -189,7 +203,7 @@ class _RayNodeExecutor(_NodeExecutor):
             if self._stopped:
                 return "not started: the run was stopped"
             ref = self._remote.options(name=node.name).remote(
-                payload, *self._bootstrap, self._project_path
+                payload, *self._bootstrap, self._project_path, self._source_dirs
             )
             self._refs[node.name] = ref
         started = time.perf_counter()
@@ -224,7 +238,8 @@ def _ray_failure(exc: BaseException) -> str:
         return f"its Ray worker died before the node finished ({name}: killed or out of memory)"
     if "Cancelled" in name:
         return "its Ray task was cancelled"
-    return _one_line(exc)
+    cause = getattr(exc, "cause", None)  # a RayTaskError wraps what the worker raised
+    return _one_line(cause if isinstance(cause, BaseException) else exc)
 
 
 class RayRunner(AbstractRunner):
@@ -353,7 +368,10 @@ class RayRunner(AbstractRunner):
                 executor.failures, executor.skipped, self.resume_command(executor.failures)
             )
 
-    resume_command = GPURunner.resume_command
+    def resume_command(self, failed_nodes: Iterable[str]) -> str:
+        """``GPURunner.resume_command`` for this runner (named ``hed.runners.RayRunner``)."""
+        command = GPURunner.resume_command(self, failed_nodes)  # type: ignore[arg-type]
+        return command.replace(f"{__name__}.RayRunner", "hed.runners.RayRunner")
 
     def _runner_params(self) -> str:
         params = [f"address={self._address}"] if self._address else []

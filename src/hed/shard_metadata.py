@@ -29,8 +29,7 @@ Not compared — recorded for the audit trail only:
   batch size are an equally valid sample of the same distribution, and lowering the batch
   size is the usual fix for an out-of-memory resume, which must not invalidate finished
   shards. Keep it fixed for bit-identical reruns.
-* the device (``cuda`` / ``cpu``), ``torch_threads``, ``log_every_s``, ``hed_version``, and
-  where the shard ran: ``host`` and ``cuda_visible_devices`` (as the runner set it).
+* the device (``cuda`` / ``cpu``), ``torch_threads``, ``log_every_s``, ``hed_version``.
 * ``generation.num_shards``, ``run``, ``step`` and ``shard`` are checked separately (the
   shard's place in the step).
 """
@@ -54,15 +53,7 @@ SAMPLING_DEFAULTS: dict[str, Any] = {
 }
 
 #: ``generation`` parameters recorded but deliberately not compared (see the module docstring).
-NOT_COMPARED = (
-    "batch_size",
-    "torch_threads",
-    "log_every_s",
-    "device",
-    "hed_version",
-    "host",
-    "cuda_visible_devices",
-)
+NOT_COMPARED = ("batch_size", "torch_threads", "log_every_s", "device", "hed_version")
 
 #: Prompt rendering settings (``params:prompts``) compared.
 CHAT_TEMPLATE_KEYS = ("apply_chat_template", "enable_thinking", "system_prompt")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import time
 from typing import Any
 
@@ -21,6 +19,7 @@ from hed.grading import grade_response, normalise_reference
 from hed.layout import layout_from_params
 from hed.prompts import PROMPT_COLUMNS, pick_prompt_column, prompt_id, render_prompt, sample_rows
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+
 from hed.shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
 
 logger = logging.getLogger(__name__)
@@ -226,8 +225,6 @@ def generate_shard(
                 "sampling": sampling.__dict__,
                 "dtype": str(dtype).removeprefix("torch."),
                 "device": device,
-                "host": socket.gethostname(),
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "checkpoint": entry,
                 "prompt_ids": sorted(set(ids_of.values())),
                 "chat_template": chat_template_settings(prompt_params),

@@ -81,7 +81,7 @@ def test_a_misspelt_runner_param_is_refused():
         RayRunner(gpus=2)
 
 
-def test_gpu_nodes_are_ray_tasks_with_one_gpu_each_in_fresh_processes(local_ray, tmp_path):
+def test_gpu_nodes_are_ray_tasks_with_one_gpu_each_in_fresh_processes(local_ray, tmp_path, caplog):
     assert local_ray["GPU"] == 2
     names = ["shard_a", "shard_b", "shard_c", "shard_d"]
     nodes = [
@@ -89,7 +89,8 @@ def test_gpu_nodes_are_ray_tasks_with_one_gpu_each_in_fresh_processes(local_ray,
         Node(func=runner_nodes.describe_process, inputs=None, outputs="here", name="here"),
     ]
     runner = RayRunner()
-    runner.run(Pipeline(nodes), json_catalog(tmp_path, [*names, "here"]))
+    with caplog.at_level("INFO", logger="hed.ray_runner"):
+        runner.run(Pipeline(nodes), json_catalog(tmp_path, [*names, "here"]))
 
     records = [read(tmp_path, n) for n in names]
     assert {r["cuda_visible_devices"] for r in records} == {"0", "1"}
@@ -102,6 +103,12 @@ def test_gpu_nodes_are_ray_tasks_with_one_gpu_each_in_fresh_processes(local_ray,
     for name, record in zip(names, records, strict=True):
         assert placements[name]["pid"] == record["pid"]
         assert placements[name]["gpu_ids"] == [record["cuda_visible_devices"]]
+        where = placements[name]
+        # the driver's log says where each node ran: host, node IP, pid and GPU
+        assert (
+            f"Node {name} done on {where['host']} ({where['ip']}, pid {record['pid']}, "
+            f"GPU {record['cuda_visible_devices']}) in "
+        ) in caplog.text
 
 
 def test_gpu_nodes_are_submitted_in_run_step_shard_order(local_ray, tmp_path):

@@ -45,7 +45,9 @@ def record_batches(
     """
     files = getattr(dataset, "files", None)
     if files and len(files) == 1:
-        parquet = pq.ParquetFile(files[0], pre_buffer=False, buffer_size=1 << 20)
+        # through the dataset's filesystem: a local file, or an object on s3:// / gs://
+        source = dataset.filesystem.open_input_file(files[0])
+        parquet = pq.ParquetFile(source, pre_buffer=False, buffer_size=1 << 20)
         # use_threads=False: the writer of the output keeps the other core busy
         yield from parquet.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
     else:

@@ -33,7 +33,16 @@ from kedro.io.core import (
     VersionNotFoundError,
 )
 
-from hed.atomic_io import atomic_path, write_error
+from hed.atomic_io import (
+    LOCAL_PROTOCOLS,
+    atomic_path,
+    filesystem_of,
+    is_remote,
+    split_url,
+    upload_atomically,
+    url_of,
+    write_error,
+)
 from hed.errors import InputDataError, one_line
 from hed.publishing import publish, published_manifests
 
@@ -141,11 +150,15 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
           versioned: true
 
     Args:
-        filepath: local path of the Parquet file.
+        filepath: path of the Parquet file: local, or a URL on an object store
+            (``s3://bucket/...``, ``gs://...``; the file is then built locally and uploaded in
+            one PUT, which the store makes atomic).
         schema: optional name of a schema in :mod:`hed.schema` (``token_records``,
             ``merged_token_records``, ``sequences``); rows are cast to it on save.
         save_args: passed to ``pyarrow.parquet.ParquetWriter``.
         version: Kedro version (set by the catalog when ``versioned: true``).
+        credentials: passed to the fsspec filesystem (as in kedro-datasets).
+        fs_args: passed to the fsspec filesystem (e.g. ``client_kwargs: {endpoint_url: ...}``).
         metadata: free-form metadata (e.g. the kedro-viz layer).
     """
 
@@ -156,14 +169,21 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
         schema: str | None = None,
         save_args: dict[str, Any] | None = None,
         version: Version | None = None,
+        credentials: dict[str, Any] | None = None,
+        fs_args: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
-        self._fs = fsspec.filesystem("file")
+        protocol, path = split_url(filepath)
+        self._protocol = protocol
+        self._storage_options = {**(credentials or {}), **(fs_args or {})}
+        self._fs = fsspec.filesystem(protocol, **self._storage_options)
         self._schema_name = schema
         self._save_args = dict(save_args or {})
         self.metadata = metadata
+        if not is_remote(filepath):
+            path = Path(path).absolute().as_posix()
         super().__init__(
-            filepath=PurePosixPath(Path(filepath).absolute().as_posix()),
+            filepath=PurePosixPath(path),
             version=version,
             exists_function=self._fs.exists,
             glob_function=self._fs.glob,
@@ -183,26 +203,35 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
         }[self._schema_name]
 
     @property
-    def load_path(self) -> Path:
-        """The resolved path of the version that ``load()`` reads."""
-        return Path(str(self._get_load_path()))
+    def load_path(self) -> str:
+        """The resolved path (a URL on an object store) of the version that ``load()`` reads."""
+        return url_of(self._protocol, self._get_load_path())
+
+    def _arrow_filesystem(self) -> Any:
+        """The dataset's filesystem for pyarrow: its own local one, or fsspec's wrapped."""
+        if self._protocol in LOCAL_PROTOCOLS:
+            return None
+        from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+        return PyFileSystem(FSSpecHandler(self._fs))
 
     def load(self) -> ds.Dataset:
         try:
             path = self.load_path
         except VersionNotFoundError:
             raise InputDataError(
-                f"{self._filepath} has no version (no folder <timestamp>/{self._filepath.name} "
-                "in it): run the pipeline that writes it "
+                f"{url_of(self._protocol, self._filepath)} has no version (no folder "
+                f"<timestamp>/{self._filepath.name} in it): run the pipeline that writes it "
                 "(`kedro run --pipelines generation` or `--pipelines aggregation`)"
             ) from None
-        if not path.exists():
+        bare = split_url(path)[1]
+        if not self._fs.exists(bare):
             raise InputDataError(
                 f"{path} does not exist: run the pipeline that writes it "
                 "(`kedro run --pipelines generation` or `--pipelines aggregation`)"
             )
         try:
-            return ds.dataset(str(path), format="parquet")
+            return ds.dataset(bare, format="parquet", filesystem=self._arrow_filesystem())
         except (pa.ArrowInvalid, OSError) as exc:
             reason = one_line(exc, limit=None)
             raise InputDataError(
@@ -210,9 +239,19 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
             ) from None
 
     def save(self, data: Any) -> None:
-        write_parquet_atomically(
-            str(self._get_save_path()), data, schema=self.schema, **self._save_args
+        path = str(self._get_save_path())
+        if self._protocol in LOCAL_PROTOCOLS:
+            write_parquet_atomically(path, data, schema=self.schema, **self._save_args)
+            return
+        # an object store: the file is built locally, then PUT whole (atomic on the store)
+        upload_atomically(
+            self._fs,
+            path,
+            lambda local: write_parquet_atomically(
+                local, data, schema=self.schema, **self._save_args
+            ),
         )
+        self._invalidate_cache()
 
     def _exists(self) -> bool:
         """Whether the version to load is there *and* a complete Parquet file.
@@ -229,14 +268,15 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
         if not self._fs.exists(str(path)):
             return False
         try:
-            pq.read_metadata(str(path))
+            with self._fs.open(str(path), "rb") as handle:
+                pq.read_metadata(handle)
         except (pa.ArrowInvalid, OSError) as exc:
             reason = one_line(exc, limit=None)
             logger.warning(
                 "%s is not a complete Parquet file (%s): HED never leaves one, so it was "
                 "copied or written by something else; it counts as missing and is written "
                 "again by the node that makes it",
-                path,
+                url_of(self._protocol, path),
                 reason,
             )
             return False
@@ -244,7 +284,7 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
 
     def _describe(self) -> dict[str, Any]:
         return {
-            "filepath": str(self._filepath),
+            "filepath": url_of(self._protocol, self._filepath),
             "version": self._version,
             "schema": self._schema_name,
         }
@@ -257,10 +297,10 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
         self._fs.invalidate_cache(str(self._filepath))
 
 
-def _first_bad_json_line(path: Path) -> str | None:
+def _first_bad_json_line(path: str) -> str | None:
     """``line N, column C is not valid JSON (<problem>)`` for a JSON Lines file's first bad line."""
     try:
-        with path.open(encoding="utf-8") as handle:
+        with fsspec.open(path, "rt", encoding="utf-8") as handle:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
@@ -283,29 +323,39 @@ class PromptFileDataset(AbstractDataset[None, pd.DataFrame]):
         InputDataError: the file is missing, empty, unreadable or of another format.
     """
 
-    def __init__(self, *, filepath: str, metadata: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        filepath: str,
+        credentials: dict[str, Any] | None = None,
+        fs_args: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
         self._filepath = filepath
+        self._storage_options = {**(credentials or {}), **(fs_args or {})}
         self.metadata = metadata
 
     def load(self) -> pd.DataFrame:
-        path = Path(self._filepath)
-        if path.is_dir():
+        path = self._filepath
+        fs, bare = filesystem_of(path, **self._storage_options)
+        if fs.isdir(bare):
             raise InputDataError(
                 f"prompt file {path} is a folder: set `filepath` of `raw_prompts` in the catalog "
                 "to a .jsonl or .parquet file"
             )
-        if not path.is_file():
+        if not fs.isfile(bare):
             raise InputDataError(
                 f"prompt file {path} does not exist: fix `filepath` of `raw_prompts` in the catalog"
             )
-        if path.stat().st_size == 0:
+        if fs.size(bare) == 0:
             raise InputDataError(f"prompt file {path} is empty: it needs one problem per row")
-        suffix = path.suffix.lower()
+        suffix = PurePosixPath(bare).suffix.lower()
+        options = {"storage_options": self._storage_options} if is_remote(path) else {}
         try:
             if suffix in {".jsonl", ".json"}:
-                frame = pd.read_json(path, lines=suffix == ".jsonl", dtype=False)
+                frame = pd.read_json(path, lines=suffix == ".jsonl", dtype=False, **options)
             elif suffix == ".parquet":
-                frame = pd.read_parquet(path)
+                frame = pd.read_parquet(path, **options)
             else:
                 raise InputDataError(
                     f"prompt file {path}: unsupported format {suffix!r}; use .jsonl or .parquet"
@@ -328,7 +378,8 @@ class PromptFileDataset(AbstractDataset[None, pd.DataFrame]):
         raise DatasetError(f"{self._filepath}: the prompt file is an input, HED never writes it")
 
     def _exists(self) -> bool:
-        return Path(self._filepath).is_file()
+        fs, bare = filesystem_of(self._filepath, **self._storage_options)
+        return fs.isfile(bare)
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": self._filepath}

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError
 
+from hed.atomic_io import url_of
 from hed.errors import one_line
 
 logger = logging.getLogger(__name__)
@@ -139,7 +140,11 @@ def describe_dataset(catalog: Any, name: str, mode: str = "load") -> dict[str, A
             info["error"] = one_line(exc, limit=None)
             return info
         info["version"] = version
-        info["path"] = str(dataset._get_versioned_path(version)) if version else info["filepath"]
+        if version:
+            path = dataset._get_versioned_path(version)
+            info["path"] = url_of(getattr(dataset, "_protocol", "file") or "file", path)
+        else:
+            info["path"] = info["filepath"]
     else:
         info["path"] = info["filepath"]
     return info
@@ -153,7 +158,10 @@ def _filepath(dataset: AbstractDataset) -> str | None:
         except Exception:
             return None
         path = described.get("filepath") or described.get("path")
-    return None if path is None else str(path)
+    if path is None:
+        return None
+    # kedro-datasets keep an object store's path without its protocol: give the whole URL
+    return url_of(getattr(dataset, "_protocol", "file") or "file", path)
 
 
 def is_dataset_input(name: str) -> bool:

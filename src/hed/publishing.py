@@ -17,7 +17,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from hed.atomic_io import atomic_path, write_error
+import fsspec
+
+from hed.atomic_io import atomic_path, filesystem_of, is_remote, write_error
 from hed.errors import ConfigError, InputDataError, OutputWriteError
 
 #: Name of an environment without ``--env`` (base + local): where its artefacts are published.
@@ -76,7 +78,7 @@ def publish(plan: dict[str, Any], root: Path) -> None:
         raise OutputWriteError(f"cannot publish under {root}: {exc}") from None
     project = Path(plan.get("project_path") or ".")
     sources = {name: _resolve(project, entry["path"]) for name, entry in plan["files"].items()}
-    absent = [f"{name} ({src})" for name, src in sources.items() if not src.is_file()]
+    absent = [f"{name} ({src})" for name, src in sources.items() if not _is_file(src)]
     if absent:
         raise InputDataError(
             f"cannot publish {env}: {', '.join(absent)} do not exist; rerun "
@@ -130,17 +132,19 @@ def _publish(
         temp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 
-def _sha256(path: Path) -> str:
+def _sha256(path: Path | str) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with fsspec.open(str(path), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
 
 
-def _copy_atomically(source: Path, dest: Path) -> None:
-    with atomic_path(dest) as temp:
-        shutil.copyfile(source, temp)
+def _copy_atomically(source: Path | str, dest: Path) -> None:
+    """Copy ``source`` (a local path or an ``s3://`` / ``gs://`` URL) to the local ``dest``."""
+    with atomic_path(dest) as temp, fsspec.open(str(source), "rb") as reader:
+        with open(temp, "wb") as writer:
+            shutil.copyfileobj(reader, writer, 1 << 20)
 
 
 def _relative(path: str, project: Path) -> str:
@@ -151,6 +155,14 @@ def _relative(path: str, project: Path) -> str:
         return str(path)
 
 
-def _resolve(project: Path, path: str) -> Path:
+def _is_file(path: Path | str) -> bool:
+    """Whether ``path`` (local, or an object-store URL) is a file."""
+    fs, bare = filesystem_of(path)
+    return fs.isfile(bare)
+
+
+def _resolve(project: Path, path: str) -> Path | str:
+    if is_remote(path):
+        return path
     candidate = Path(path)
     return candidate if candidate.is_absolute() else project / candidate

@@ -749,3 +749,13 @@ def _describe_exit(exitcode: int | None) -> str:
     if exitcode is not None and exitcode < 0:
         return f"its process was killed by {signal.Signals(-exitcode).name}"
     return f"its process exited with code {exitcode}"
+
+
+def __getattr__(name: str) -> Any:
+    """``hed.runners.RayRunner`` (:mod:`hed.ray_runner`), imported on first use: Ray is an
+    optional extra and slow to import."""
+    if name == "RayRunner":
+        from hed.ray_runner import RayRunner
+
+        return RayRunner
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

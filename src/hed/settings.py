@@ -4,13 +4,15 @@ import warnings
 
 from kedro.config import OmegaConfigLoader
 
-from hed.atomic_io import install_atomic_local_writes
+from hed.atomic_io import install_atomic_local_writes, install_atomic_object_writes
 from hed.errors import install_short_tracebacks
 from hed.hooks import ProjectHooks, ProvenanceHooks, ShardPartsHooks
 
 # Every local file a dataset writes appears only when complete (temporary file + rename),
 # in the `kedro` process and in the runner's subprocesses, which import these settings too.
 install_atomic_local_writes()
+# Object stores (s3://, gs://): a write that raises half-way uploads nothing.
+install_atomic_object_writes()
 # `kedro run` shows HED's one-line errors without Python's traceback (HED_TRACEBACK=1 for it).
 install_short_tracebacks()
 

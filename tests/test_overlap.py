@@ -65,9 +65,7 @@ def numpy_change(entropies: dict[int, np.ndarray], width: int) -> pd.DataFrame:
             mb = sum(float(base[i]) for i in members) / len(members)
             ms = sum(float(entropies[s][i]) for i in members) / len(members)
             rows.append((s, b, len(members), mb, ms, ms - mb))
-    return pd.DataFrame(
-        rows, columns=["step", "bin", "n_positions", "mean_base", "mean", "change"]
-    )
+    return pd.DataFrame(rows, columns=["step", "bin", "n_positions", "mean_base", "mean", "change"])
 
 
 # ------------------------------------------------------------------ hand-made values

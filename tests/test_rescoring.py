@@ -74,7 +74,11 @@ def test_scores_equal_a_float64_full_logits_reference(tiny_model, temperature):
     # batches of 3 (right padding) and LM-head chunks of 4 positions cross response boundaries
     scored = list(
         score_responses(
-            tiny_model, responses, temperature=temperature, top_prob_k=5, batch_size=3,
+            tiny_model,
+            responses,
+            temperature=temperature,
+            top_prob_k=5,
+            batch_size=3,
             chunk_positions=4,
         )
     )
@@ -121,7 +125,7 @@ def test_token_outside_the_vocabulary_is_one_line_error(tiny_model):
 def test_softcapped_heads_are_refused(tiny_model):
     tiny_model.config.final_logit_softcapping = 30.0
     try:
-        with pytest.raises(CheckpointError, match="final_logit_softcapping = 30.0"):
+        with pytest.raises(CheckpointError, match=r"final_logit_softcapping = 30\.0"):
             list(score_responses(tiny_model, some_responses(10)[:1]))
     finally:
         tiny_model.config.final_logit_softcapping = None
@@ -135,9 +139,13 @@ def test_demo_model_reproduces_its_decode_time_records_in_float32(smollm2_dir):
     eos = checkpoint_eos_token_ids(model, tokenizer)
     texts = ["What is 12 + 30?", "Name a prime number above 50.", "Say hello.", "2*7="]
     prompts = [
-        PromptInput(i, f"p{i}", tokenizer.apply_chat_template(
-            [{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True
-        ))
+        PromptInput(
+            i,
+            f"p{i}",
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True
+            ),
+        )
         for i, t in enumerate(texts)
     ]
     params = SamplingParams(max_new_tokens=24, top_prob_k=5, seed=1, batch_size=8)

@@ -93,9 +93,7 @@ def top_entropy_mask(entropy: np.ndarray, rho: object, *, run: str = "", step: i
     return HighEntropyMarker(selection).mark(entropy, np.zeros(entropy.shape, dtype=bool))
 
 
-def entropy_overlap(
-    run: str, entropies: Mapping[int, np.ndarray], rho: object
-) -> pd.DataFrame:
+def entropy_overlap(run: str, entropies: Mapping[int, np.ndarray], rho: object) -> pd.DataFrame:
     """The overlap table of one run (``entropy_overlap`` rows, one per step).
 
     Args:

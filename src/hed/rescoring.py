@@ -174,8 +174,8 @@ def _check_ids(item: ResponseToScore, vocab: int) -> None:
     where = f"prompt_index {item.prompt_index}, sample_index {item.sample_index}"
     if len(item.prompt_ids) == 0:
         raise InputDataError(f"re-scoring {where}: the prompt has no tokens")
-    for name, ids in (("prompt", item.prompt_ids), ("response", item.response_ids)):
-        ids = np.asarray(ids)
+    for name, given in (("prompt", item.prompt_ids), ("response", item.response_ids)):
+        ids = np.asarray(given)
         if ids.size and (ids.min() < 0 or ids.max() >= vocab):
             raise InputDataError(
                 f"re-scoring {where}: {name} token id {int(ids.max())} is outside the "
@@ -215,59 +215,64 @@ def _score_batch(
         np.concatenate([np.asarray(item.response_ids, dtype=np.int64) for item in batch])
     ).to(device)
     with torch.inference_mode():
+        # without padding the mask is all ones: leave it out so attention can take its
+        # causal fast path instead of materialising a (B, 1, L, L) mask
+        padded = bool((attention_mask == 0).any())
         hidden = body(
             input_ids=input_ids.to(device),
-            attention_mask=attention_mask.to(device),
+            attention_mask=attention_mask.to(device) if padded else None,
             use_cache=False,
         ).last_hidden_state  # (B, L, H)
         picked = hidden[row_index, position_index]  # (M, H): only the response positions
         del hidden
-        columns: dict[str, list[torch.Tensor]] = {
-            name: [] for name in ("entropy", "logprob", "rank", "topk_ids", "topk_probs")
+        # results go into buffers allocated before the loop: small tensors kept alive between
+        # the (chunk, V) temporaries would pin glibc's heap and make RSS grow chunk by chunk
+        m = int(targets.shape[0])
+        k = min(top_prob_k, int(head.weight.shape[0]))
+        host = {
+            "entropy": torch.empty(m, dtype=torch.float32, device=device),
+            "logprob": torch.empty(m, dtype=torch.float32, device=device),
+            "rank": torch.empty(m, dtype=torch.int32, device=device),
+            "topk_ids": torch.empty((m, k), dtype=torch.int32, device=device),
+            "topk_probs": torch.empty((m, k), dtype=torch.float32, device=device),
         }
-        for h, target in zip(
-            picked.split(chunk_positions), targets.split(chunk_positions), strict=True
-        ):
+        for begin in range(0, m, chunk_positions):
+            rows_ = slice(begin, min(begin + chunk_positions, m))
+            h, target = picked[rows_], targets[rows_]
             logits = head(h)  # (c, V) in the model's dtype
             stats = token_distribution_stats(
                 logits, temperature, top_prob_k, chunk_size=chunk_positions, check_finite=False
             )
             check_finite_stats(stats.entropy, stats.log_z, where="while re-scoring")
-            columns["entropy"].append(stats.entropy)
-            columns["logprob"].append(token_logprobs(logits, target, stats.log_z, temperature))
-            columns["rank"].append(token_ranks(logits, target, temperature))
-            columns["topk_ids"].append(stats.topk_ids.to(torch.int32))
-            columns["topk_probs"].append(stats.topk_probs)
+            host["entropy"][rows_] = stats.entropy
+            host["logprob"][rows_] = token_logprobs(logits, target, stats.log_z, temperature)
+            host["rank"][rows_] = token_ranks(logits, target, temperature)
+            host["topk_ids"][rows_] = stats.topk_ids
+            host["topk_probs"][rows_] = stats.topk_probs
             del logits, stats
-        host = {
-            name: torch.cat(values).cpu().numpy() if values else None
-            for name, values in columns.items()
-        }
+        host = {name: values.cpu().numpy() for name, values in host.items()}
     scored, offset = [], 0
     for item in batch:
         n = len(item.response_ids)
         cut = slice(offset, offset + n)
         offset += n
-        k = min(top_prob_k, int(head.weight.shape[0]))
         scored.append(
             ScoredResponse(
                 prompt_index=int(item.prompt_index),
                 sample_index=int(item.sample_index),
                 token_ids=np.asarray(item.response_ids, dtype=np.int32),
-                entropy=_part(host["entropy"], cut, np.float32, ()),
-                logprob=_part(host["logprob"], cut, np.float32, ()),
-                rank=_part(host["rank"], cut, np.int32, ()),
-                topk_token_ids=_part(host["topk_ids"], cut, np.int32, (k,)),
-                topk_probs=_part(host["topk_probs"], cut, np.float32, (k,)),
+                entropy=_part(host["entropy"], cut, np.float32),
+                logprob=_part(host["logprob"], cut, np.float32),
+                rank=_part(host["rank"], cut, np.int32),
+                topk_token_ids=_part(host["topk_ids"], cut, np.int32),
+                topk_probs=_part(host["topk_probs"], cut, np.float32),
             )
         )
     return scored
 
 
-def _part(values: np.ndarray | None, cut: slice, dtype, tail: tuple[int, ...]) -> np.ndarray:
-    if values is None:
-        return np.zeros((0, *tail), dtype)
-    return values[cut].astype(dtype, copy=False)
+def _part(values: np.ndarray, cut: slice, dtype) -> np.ndarray:
+    return values[cut].astype(dtype, copy=True)
 
 
 def token_ranks(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0):
@@ -310,9 +315,7 @@ class Consistency:
     topk_ids_equal_share: float
 
 
-def compare_scores(
-    decode: dict[str, np.ndarray], rescored: dict[str, np.ndarray]
-) -> Consistency:
+def compare_scores(decode: dict[str, np.ndarray], rescored: dict[str, np.ndarray]) -> Consistency:
     """Compare decode-time records with re-scored ones, both in the same key order.
 
     Args:
@@ -333,13 +336,9 @@ def compare_scores(
         )
     if n == 0:
         return Consistency(0, True, 0.0, 0.0, 0.0, 1.0)
-    entropy = np.abs(
-        rescored["entropy"].astype(np.float64) - decode["entropy"].astype(np.float64)
-    )
-    logprob = np.abs(
-        rescored["logprob"].astype(np.float64) - decode["logprob"].astype(np.float64)
-    )
-    same_topk = (np.asarray(rescored["topk_token_ids"]) == np.asarray(decode["topk_token_ids"]))
+    entropy = np.abs(rescored["entropy"].astype(np.float64) - decode["entropy"].astype(np.float64))
+    logprob = np.abs(rescored["logprob"].astype(np.float64) - decode["logprob"].astype(np.float64))
+    same_topk = np.asarray(rescored["topk_token_ids"]) == np.asarray(decode["topk_token_ids"])
     return Consistency(
         n_positions=n,
         tokens_equal=bool(np.array_equal(rescored["token_id"], decode["token_id"])),

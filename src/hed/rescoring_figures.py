@@ -37,9 +37,7 @@ def _runs(table: pd.DataFrame) -> list[str]:
 
 def _figure(n_runs: int, n_rows: int = 1) -> tuple[Figure, np.ndarray]:
     width, height = PANEL_SIZE
-    fig = Figure(
-        figsize=(width * max(1, n_runs), height * n_rows), dpi=DPI, layout="constrained"
-    )
+    fig = Figure(figsize=(width * max(1, n_runs), height * n_rows), dpi=DPI, layout="constrained")
     return fig, fig.subplots(n_rows, max(1, n_runs), squeeze=False)
 
 
@@ -55,10 +53,20 @@ def plot_entropy_overlap(table: pd.DataFrame) -> Figure:
         fig, axes = _figure(len(runs))
         for ax, run in zip(axes[0], runs, strict=False):
             rows = table[table["run"] == run].sort_values("step")
-            ax.plot(rows["step"], 100 * rows["overlap_with_base"], "o-",
-                    color=OKABE_ITO["blue"], label="with base (first step)")
-            ax.plot(rows["step"], 100 * rows["overlap_with_final"], "s--",
-                    color=OKABE_ITO["vermillion"], label="with final (last step)")
+            ax.plot(
+                rows["step"],
+                100 * rows["overlap_with_base"],
+                "o-",
+                color=OKABE_ITO["blue"],
+                label="with base (first step)",
+            )
+            ax.plot(
+                rows["step"],
+                100 * rows["overlap_with_final"],
+                "s--",
+                color=OKABE_ITO["vermillion"],
+                label="with final (last step)",
+            )
             rho = float(rows["top_entropy_frac"].iloc[0])
             ax.set_title(f"{run} (top {100 * rho:g}%, k = {int(rows['k'].iloc[0])})")
             ax.set_xlabel("checkpoint step")
@@ -66,7 +74,9 @@ def plot_entropy_overlap(table: pd.DataFrame) -> Figure:
             ax.set_ylim(-2, 102)
             ax.legend(frameon=False)
         if not runs:
-            axes[0][0].text(0.5, 0.5, "no re-scored steps", ha="center", transform=axes[0][0].transAxes)
+            axes[0][0].text(
+                0.5, 0.5, "no re-scored steps", ha="center", transform=axes[0][0].transAxes
+            )
         fig.suptitle("Overlap of high-entropy positions on a fixed response set")
     return fig
 
@@ -88,8 +98,14 @@ def plot_entropy_change(table: pd.DataFrame) -> Figure:
             for i, step in enumerate(later):
                 part = rows[rows["step"] == step].sort_values("percentile_low")
                 centre = (part["percentile_low"] + part["percentile_high"]) / 2
-                ax.plot(centre, part["mean_change"], "o-", markersize=3,
-                        color=_STEP_COLOURS[i % len(_STEP_COLOURS)], label=f"step {step}")
+                ax.plot(
+                    centre,
+                    part["mean_change"],
+                    "o-",
+                    markersize=3,
+                    color=_STEP_COLOURS[i % len(_STEP_COLOURS)],
+                    label=f"step {step}",
+                )
             ax.axhline(0, color="#9E9E9E", linewidth=0.8)
             ax.set_title(f"{run} (base: step {base})")
             ax.set_xlabel(f"entropy percentile at step {base} (%)")
@@ -118,17 +134,34 @@ def plot_entropy_percentiles(table: pd.DataFrame) -> Figure:
             rows = table[table["run"] == run].sort_values("step")
             top, bottom = axes[0][col], axes[1][col]
             for i, name in enumerate(("p50", "p80", "p90", "p95")):
-                top.plot(rows["step"], rows[name], "o-", markersize=3,
-                         color=_STEP_COLOURS[i], label=name)
-            top.axhline(REFERENCE_P80_NATS, color=_STEP_COLOURS[1], linestyle="--",
-                        linewidth=0.9, label="80/20 p80 (Qwen3-8B)")
+                top.plot(
+                    rows["step"], rows[name], "o-", markersize=3, color=_STEP_COLOURS[i], label=name
+                )
+            top.axhline(
+                REFERENCE_P80_NATS,
+                color=_STEP_COLOURS[1],
+                linestyle="--",
+                linewidth=0.9,
+                label="80/20 p80 (Qwen3-8B)",
+            )
             top.set_title(run)
             top.set_ylabel("entropy (nats)")
             top.legend(frameon=False, ncols=2)
-            bottom.plot(rows["step"], 100 * rows["frac_below_0_01"], "o-", markersize=3,
-                        color=OKABE_ITO["black"], label="this run")
-            bottom.axhline(100 * REFERENCE_FRAC_BELOW_0_01, color=OKABE_ITO["black"],
-                           linestyle="--", linewidth=0.9, label="80/20 (Qwen3-8B)")
+            bottom.plot(
+                rows["step"],
+                100 * rows["frac_below_0_01"],
+                "o-",
+                markersize=3,
+                color=OKABE_ITO["black"],
+                label="this run",
+            )
+            bottom.axhline(
+                100 * REFERENCE_FRAC_BELOW_0_01,
+                color=OKABE_ITO["black"],
+                linestyle="--",
+                linewidth=0.9,
+                label="80/20 (Qwen3-8B)",
+            )
             bottom.set_ylabel("tokens below 0.01 nats (%)")
             bottom.set_xlabel("checkpoint step")
             bottom.set_ylim(0, 100)

@@ -201,11 +201,12 @@ def select_reference_responses(
     )
     columns = [*RECORD_KEY, "token_id", "is_special"]
     records = token_records.to_table(columns=columns)
-    key = np.stack(
-        [records.column(c).to_numpy().astype(np.int64) for c in RECORD_KEY[:2]], axis=1
+    key = np.stack([records.column(c).to_numpy().astype(np.int64) for c in RECORD_KEY[:2]], axis=1)
+    expected = np.repeat(
+        seqs[["prompt_index", "sample_index"]].to_numpy(np.int64),
+        seqs["n_tokens"].to_numpy(np.int64),
+        axis=0,
     )
-    expected = np.repeat(seqs[["prompt_index", "sample_index"]].to_numpy(np.int64),
-                         seqs["n_tokens"].to_numpy(np.int64), axis=0)
     if key.shape != expected.shape or not np.array_equal(key, expected):
         raise InputDataError(
             f"{where}.token_records do not hold the responses of {where}.sequences in key "
@@ -249,7 +250,10 @@ def select_reference_responses(
     }
     logger.info(
         "Reference responses: %d responses, %d tokens of %s (decoded in %s)",
-        len(seqs), int(lengths.sum()), where, metadata["decode_dtype"],
+        len(seqs),
+        int(lengths.sum()),
+        where,
+        metadata["decode_dtype"],
     )
     return table.replace_schema_metadata({REFERENCE_METADATA_KEY: json.dumps(metadata).encode()})
 
@@ -280,7 +284,9 @@ def select_user_responses(user_responses: pd.DataFrame) -> pa.Table:
             )
         empty = user_responses[column].isna() | (user_responses[column].astype(str) == "")
         if empty.any():
-            raise InputDataError(f"{name}: column {column!r} is empty in row {int(np.argmax(empty))}")
+            raise InputDataError(
+                f"{name}: column {column!r} is empty in row {int(np.argmax(empty))}"
+            )
     frame = user_responses.reset_index(drop=True)
     if "prompt_index" not in frame:
         frame["prompt_index"] = pd.factorize(frame["prompt"])[0]
@@ -410,7 +416,12 @@ def rescore_shard(
     }
     logger.info(
         "%s.step_%s.shard_%s: re-scored %d responses, %d positions (%s)",
-        run, step, shard, len(scored), sum(len(s.token_ids) for s in scored), params["dtype"],
+        run,
+        step,
+        shard,
+        len(scored),
+        sum(len(s.token_ids) for s in scored),
+        params["dtype"],
     )
     records = rescored_table(scored, special, run=run, step=step, shard=shard, k=top_prob_k)
     return records.replace_schema_metadata({RESCORING_METADATA_KEY: json.dumps(metadata).encode()})
@@ -463,8 +474,12 @@ def rescored_table(
         "run": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([run])),
         "step": pa.array(np.full(n, step, np.int32)),
         "shard": pa.array(np.full(n, shard, np.int16)),
-        "prompt_index": pa.array(np.repeat([s.prompt_index for s in scored], lengths).astype(np.int32)),
-        "sample_index": pa.array(np.repeat([s.sample_index for s in scored], lengths).astype(np.int16)),
+        "prompt_index": pa.array(
+            np.repeat([s.prompt_index for s in scored], lengths).astype(np.int32)
+        ),
+        "sample_index": pa.array(
+            np.repeat([s.sample_index for s in scored], lengths).astype(np.int16)
+        ),
         "position": pa.array(
             np.concatenate([np.arange(m, dtype=np.int32) for m in lengths])
             if n
@@ -615,8 +630,13 @@ def check_self_consistency(
         logger.info(
             "Self-consistency %s.step_%s (decode %s, re-score %s): max |ΔH| %.3g nats, "
             "mean %.3g, %s",
-            run, step, decode_dtype, rescore_dtype, result.max_abs_entropy_diff,
-            result.mean_abs_entropy_diff, status,
+            run,
+            step,
+            decode_dtype,
+            rescore_dtype,
+            result.max_abs_entropy_diff,
+            result.mean_abs_entropy_diff,
+            status,
         )
         if status == "fail":
             raise RescoringConsistencyError(
@@ -659,8 +679,7 @@ def tabulate_entropy_change(
     """``entropy_change_by_percentile``: per (run, step, base-percentile bin) the mean change."""
     width = rescoring_section(rescoring)["percentile_bin_width"]
     parts = [
-        entropy_change_by_percentile(run, steps, width)
-        for run, steps in rescored_entropies.items()
+        entropy_change_by_percentile(run, steps, width) for run, steps in rescored_entropies.items()
     ]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CHANGE_COLUMNS)
 

@@ -2,18 +2,21 @@
 
 Nodes (all tagged ``rescoring``):
 
-=========================================================  ===================================
-node                                                       outputs
-=========================================================  ===================================
-``<run>.select_reference_responses``                       ``<run>.reference_responses``
-``<run>.step_<step>.shard_<k>.rescore_shard`` (``gpu``)    ``<run>.step_<step>.shard_<k>.rescored_records``
-``check_self_consistency``                                 ``rescoring_consistency``
-``collect_rescored_entropies``                             ``rescored_entropies`` (memory)
-``tabulate_entropy_overlap``                               ``entropy_overlap``
-``tabulate_entropy_change``                                ``entropy_change_by_percentile``
-``tabulate_entropy_percentiles``                           ``entropy_percentiles_by_step``
-``plot_entropy_overlap`` / ``_change`` / ``_percentiles``  ``*_png``
-=========================================================  ===================================
+=============================================  ================================================
+node                                           outputs
+=============================================  ================================================
+``<run>.select_reference_responses``           ``<run>.reference_responses``
+``<run>.step_<s>.shard_<k>.rescore_shard``     ``<run>.step_<s>.shard_<k>.rescored_records``
+(tagged ``gpu``)
+``check_self_consistency``                     ``rescoring_consistency``
+``collect_rescored_entropies``                 ``rescored_entropies`` (memory)
+``tabulate_entropy_overlap``                   ``entropy_overlap``
+``tabulate_entropy_change``                    ``entropy_change_by_percentile``
+``tabulate_entropy_percentiles``               ``entropy_percentiles_by_step``
+``plot_entropy_overlap`` / ``_change`` /       ``entropy_overlap_png``,
+``_percentiles``                               ``entropy_change_by_percentile_png``,
+                                               ``entropy_percentiles_by_step_png``
+=============================================  ================================================
 
 The reference responses of a run (``params:rescoring.reference``) are read from the merged
 records of (``reference.run`` or the run itself, ``reference.step`` or the run's last step),
@@ -174,7 +177,9 @@ def create_pipeline(
                     tabulate_entropy_percentiles,
                     index=[(run.name, step) for run, step in layout.run_steps()],
                 ),
-                inputs=[f"{run.name}.step_{step}.token_records" for run, step in layout.run_steps()],
+                inputs=[
+                    f"{run.name}.step_{step}.token_records" for run, step in layout.run_steps()
+                ],
                 outputs="entropy_percentiles_by_step",
                 name="tabulate_entropy_percentiles",
                 tags=[TAG],

@@ -1,0 +1,257 @@
+"""The rescoring pipeline on a mini chain: tiny random Llamas as the checkpoints of two runs,
+generation → aggregation → rescoring in a project copy; every table checked against an
+independent numpy computation from the files the chain wrote."""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+from PIL import Image
+
+from hed import layout
+from hed.errors import ConfigError
+from hed.pipelines.rescoring import create_pipeline
+from hed.pipelines.rescoring.nodes import reference_plan, rescoring_section
+
+from ..conftest import build_tiny_model
+from ..project_copy import copy_project, latest, run_kedro
+
+pytestmark = pytest.mark.slow
+
+RUNS = {"tiny_a": [0, 10, 20], "tiny_b": [0, 5]}
+RHO = 0.2
+GENERATION = {
+    "num_shards": 2,
+    "samples_per_prompt": 2,
+    "max_new_tokens": 12,
+    "batch_size": 4,
+    "dtype": "float32",
+    "torch_threads": 1,
+}
+KEY = ["prompt_index", "sample_index", "position"]
+
+
+def make_project(root: Path, smollm2_dir: Path, tokenizer) -> Path:
+    project = copy_project(root / "project", smollm2_dir)
+    for i, (run, steps) in enumerate(RUNS.items()):
+        for j, step in enumerate(steps):
+            # different seeds and output scales: the entropies move from step to step
+            build_tiny_model(
+                root / "ckpt" / run / f"global_step_{step}" / "actor_hf",
+                tokenizer,
+                seed=10 * i + j,
+                scale=40.0 + 20 * j,
+            )
+    base = project / "conf/base"
+    params = yaml.safe_load((base / "parameters.yml").read_text())
+    params["runs"] = {
+        run: {"role": "single", "checkpoint_root": str(root / "ckpt" / run), "steps": steps}
+        for run, steps in RUNS.items()
+    }
+    (base / "parameters.yml").write_text(yaml.safe_dump(params, sort_keys=False))
+    gen = yaml.safe_load((base / "parameters_generation.yml").read_text())
+    gen["prompts"]["num_prompts"] = 5
+    gen["generation"].update(GENERATION)
+    (base / "parameters_generation.yml").write_text(yaml.safe_dump(gen, sort_keys=False))
+    return project
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory, smollm2_dir, tokenizer):
+    threads, active = torch.get_num_threads(), layout._active_params
+    project = make_project(tmp_path_factory.mktemp("rescoring_chain"), smollm2_dir, tokenizer)
+    try:
+        for pipeline in ("generation", "aggregation", "rescoring"):
+            run_kedro(project, pipeline)
+        yield project
+    finally:
+        torch.set_num_threads(threads)
+        layout.activate(active)
+
+
+# ------------------------------------------------------------------ independent computation
+
+
+def rescored(project: Path, run: str, step: int) -> pd.DataFrame:
+    """Both shards of one step's re-scored file, read with pyarrow, in key order."""
+    folder = project / f"data/03_primary/rescoring/{run}/step_{step}"
+    frames = [
+        pq.read_table(latest(folder / f"shard_{k}.rescored.parquet")).to_pandas() for k in (0, 1)
+    ]
+    return pd.concat(frames).sort_values(KEY).reset_index(drop=True)
+
+
+def top_set(frame: pd.DataFrame, rho: float) -> set[tuple]:
+    regular = frame[~frame["is_special"]]
+    k = math.ceil(Fraction(str(rho)) * len(regular))
+    order = np.lexsort(
+        [regular[c].to_numpy() for c in KEY[::-1]] + [-regular["entropy"].to_numpy(np.float64)]
+    )
+    chosen = regular.iloc[order[:k]]
+    return set(map(tuple, chosen[KEY].to_numpy().tolist()))
+
+
+def test_every_checkpoint_scores_the_last_steps_responses(chain):
+    for run, steps in RUNS.items():
+        merged = latest(chain / f"data/03_primary/token_records/{run}/step_{steps[-1]}.parquet")
+        decode = pq.read_table(merged).to_pandas().sort_values(KEY).reset_index(drop=True)
+        for step in steps:
+            frame = rescored(chain, run, step)
+            assert frame[[*KEY, "token_id", "is_special"]].equals(
+                decode[[*KEY, "token_id", "is_special"]]
+            ), (run, step)
+            assert (frame["step"] == step).all() and (frame["run"] == run).all()
+            assert frame["topk_probs"].map(len).eq(5).all()
+            # rank 0 ⇔ the response token is the most probable one
+            top1 = frame["topk_token_ids"].map(lambda ids: ids[0])
+            assert ((frame["rank"] == 0) == (top1 == frame["token_id"])).all()
+            meta = json.loads(
+                pq.read_schema(
+                    latest(
+                        chain
+                        / f"data/03_primary/rescoring/{run}/step_{step}/shard_0.rescored.parquet"
+                    )
+                ).metadata[b"hed.rescoring"]
+            )
+            assert (meta["dtype"], meta["reference"]["step"]) == ("float32", steps[-1])
+
+
+def test_overlap_table_equals_an_independent_computation(chain):
+    table = pd.read_csv(latest(chain / "data/04_feature/entropy_overlap.csv"))
+    assert list(zip(table["run"], table["step"], strict=True)) == [
+        (r, s) for r, steps in RUNS.items() for s in steps
+    ]
+    for run, steps in RUNS.items():
+        sets = {s: top_set(rescored(chain, run, s), RHO) for s in steps}
+        base, final = sets[steps[0]], sets[steps[-1]]
+        rows = table[table["run"] == run].set_index("step")
+        n = int((~rescored(chain, run, steps[0])["is_special"]).sum())
+        for s in steps:
+            assert rows.loc[s, "n_positions"] == n
+            assert rows.loc[s, "k"] == len(base) == math.ceil(Fraction("0.2") * n)
+            assert rows.loc[s, "overlap_with_base"] == pytest.approx(
+                len(sets[s] & base) / len(base), abs=1e-12
+            )
+            assert rows.loc[s, "overlap_with_final"] == pytest.approx(
+                len(sets[s] & final) / len(final), abs=1e-12
+            )
+        assert rows.loc[steps[0], "overlap_with_base"] == 1.0
+        assert rows.loc[steps[-1], "overlap_with_final"] == 1.0
+    # the random checkpoints differ: the overlaps are not all 1
+    assert (table["overlap_with_base"] < 1).any()
+
+
+def test_percentile_bin_table_equals_an_independent_computation(chain):
+    table = pd.read_csv(latest(chain / "data/04_feature/entropy_change_by_percentile.csv"))
+    for run, steps in RUNS.items():
+        frames = {s: rescored(chain, run, s) for s in steps}
+        frames = {s: f[~f["is_special"]].reset_index(drop=True) for s, f in frames.items()}
+        base = frames[steps[0]]["entropy"].to_numpy()
+        n = len(base)
+        ranked = sorted(range(n), key=lambda i: (float(base[i]), i))  # ties in key order
+        bins = np.empty(n, dtype=int)
+        for rank, i in enumerate(ranked):
+            bins[i] = (100 * rank) // (5 * n)
+        for s in steps:
+            rows = table[(table["run"] == run) & (table["step"] == s)].set_index("bin")
+            assert len(rows) == 20 and (rows["base_step"] == steps[0]).all()
+            values = frames[s]["entropy"].to_numpy(np.float64)
+            for b in range(20):
+                members = bins == b
+                assert rows.loc[b, "n_positions"] == members.sum()
+                mb, ms = base[members].astype(np.float64).mean(), values[members].mean()
+                assert rows.loc[b, "mean_base_entropy"] == pytest.approx(mb, rel=1e-9)
+                assert rows.loc[b, "mean_entropy"] == pytest.approx(ms, rel=1e-9)
+                assert rows.loc[b, "mean_change"] == pytest.approx(ms - mb, abs=1e-9)
+
+
+def test_percentiles_by_step_equal_numpy_on_the_merged_records(chain):
+    table = pd.read_csv(latest(chain / "data/04_feature/entropy_percentiles_by_step.csv"))
+    for row in table.itertuples():
+        path = latest(chain / f"data/03_primary/token_records/{row.run}/step_{row.step}.parquet")
+        records = pq.read_table(path, columns=["entropy", "is_special"]).to_pandas()
+        entropy = records.loc[~records["is_special"], "entropy"].to_numpy()
+        assert row.n_tokens == len(entropy)
+        for name in ("p50", "p80", "p90", "p95"):
+            q = int(name[1:])
+            assert getattr(row, name) == pytest.approx(
+                np.percentile(entropy.astype(np.float64), q), abs=1e-9
+            )
+        assert row.frac_below_0_01 == pytest.approx(np.mean(entropy < np.float32(0.01)), abs=1e-12)
+        assert row.mean_entropy == pytest.approx(entropy.astype(np.float64).mean(), rel=1e-9)
+    assert len(table) == sum(len(s) for s in RUNS.values())
+
+
+def test_self_consistency_passes_in_float32(chain):
+    table = pd.read_csv(latest(chain / "data/08_reporting/tables/rescoring_consistency.csv"))
+    assert table["run"].tolist() == list(RUNS)
+    assert table["step"].tolist() == [steps[-1] for steps in RUNS.values()]
+    assert table["status"].tolist() == ["pass", "pass"]
+    assert (table["decode_dtype"] == "float32").all() and (
+        table["rescore_dtype"] == "float32"
+    ).all()
+    assert table["tokens_equal"].all()
+    assert (table["max_abs_entropy_diff"] <= 1e-4).all(), table
+    assert (table["n_positions"] > 0).all()
+
+
+def test_figures_are_pngs(chain):
+    for name in ("entropy_overlap", "entropy_change_by_percentile", "entropy_percentiles_by_step"):
+        with Image.open(latest(chain / f"data/08_reporting/figures/{name}.png")) as image:
+            assert image.format == "PNG" and image.size[0] >= 500
+
+
+def test_a_users_parquet_and_another_runs_reference(chain):
+    """`source: file` re-scores a user's pairs; `run: tiny_a` makes tiny_b score tiny_a's."""
+    path = chain / "data/01_raw/rescoring/responses.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(
+        {
+            "prompt": ["What is 2 + 2?", "What is 2 + 2?", "Name a colour."],
+            "response": ["It is 4.", "Four", "Blue"],
+        }
+    ).to_parquet(path)
+    run_kedro(chain, "rescoring", params={"rescoring": {"reference": {"source": "file"}}})
+    frame = rescored(chain, "tiny_a", 0)
+    assert sorted(set(zip(frame["prompt_index"], frame["sample_index"], strict=True))) == [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+    ]
+    consistency = pd.read_csv(latest(chain / "data/08_reporting/tables/rescoring_consistency.csv"))
+    assert consistency.empty  # no checkpoint generated these responses
+
+    run_kedro(
+        chain, "rescoring", params={"rescoring": {"reference": {"run": "tiny_a", "step": 10}}}
+    )
+    b = rescored(chain, "tiny_b", 5)
+    merged = latest(chain / "data/03_primary/token_records/tiny_a/step_10.parquet")
+    decode = pq.read_table(merged).to_pandas().sort_values(KEY).reset_index(drop=True)
+    assert b["token_id"].tolist() == decode["token_id"].tolist()
+    consistency = pd.read_csv(latest(chain / "data/08_reporting/tables/rescoring_consistency.csv"))
+    assert consistency[["run", "step", "status"]].values.tolist() == [["tiny_a", 10, "pass"]]
+
+
+def test_bad_rescoring_parameters_are_one_line_errors():
+    steps = {"a": (0, 10)}
+    assert reference_plan("a", steps, None).reference_step == 10
+    with pytest.raises(ConfigError, match=r"rescoring\.reference\.step = 3 is not a step of run a"):
+        reference_plan("a", steps, {"reference": {"step": 3}})
+    with pytest.raises(ConfigError, match=r"rescoring\.reference\.run = 'z' is not a run"):
+        reference_plan("a", steps, {"reference": {"run": "z"}})
+    with pytest.raises(ConfigError, match=r"rescoring\.chunk is not a rescoring parameter"):
+        rescoring_section({"chunk": 3})
+    with pytest.raises(ConfigError, match=r"rescoring\.dtype = 'fp8'"):
+        rescoring_section({"dtype": "fp8"})
+    lay = layout.layout_from_params({"runs": {"a": {"checkpoint_root": "/x", "steps": [0, 10]}}})
+    with pytest.raises(ConfigError, match=r"reference\.source = 'x'"):
+        create_pipeline(lay, {"rescoring": {"reference": {"source": "x"}}})

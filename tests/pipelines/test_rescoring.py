@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from fractions import Fraction
 from pathlib import Path
 
@@ -23,7 +24,14 @@ from hed.pipelines.rescoring import create_pipeline
 from hed.pipelines.rescoring.nodes import reference_plan, rescoring_section
 
 from ..conftest import build_tiny_model
-from ..project_copy import copy_project, latest, run_kedro
+from ..project_copy import (
+    GPU_RUNNER_GENERATION,
+    RUN,
+    copy_project,
+    latest,
+    run_kedro,
+    run_kedro_cli,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -255,3 +263,29 @@ def test_bad_rescoring_parameters_are_one_line_errors():
     lay = layout.layout_from_params({"runs": {"a": {"checkpoint_root": "/x", "steps": [0, 10]}}})
     with pytest.raises(ConfigError, match=r"reference\.source = 'x'"):
         create_pipeline(lay, {"rescoring": {"reference": {"source": "x"}}})
+
+
+def test_demo_step_rescored_under_gpu_runner_reproduces_its_records(
+    uninterrupted_small_step, tmp_path
+):
+    """The demo model (SmolLM2-135M, float32 on CPU) re-scores its own 8 × 2 responses, one
+    ``gpu`` node per shard on GPURunner's CPU workers: the consistency check passes."""
+    source, _ = uninterrupted_small_step
+    project = tmp_path / "demo"
+    shutil.copytree(source, project, symlinks=True)
+    run_kedro_cli(project, "run", "--pipelines", "rescoring", *GPU_RUNNER_GENERATION[3:])
+    table = pd.read_csv(latest(project / "data/08_reporting/tables/rescoring_consistency.csv"))
+    assert table[["run", "step", "status"]].values.tolist() == [[RUN, 0, "pass"]]
+    assert (table["decode_dtype"].item(), table["rescore_dtype"].item()) == ("float32", "float32")
+    assert table["tokens_equal"].item()
+    assert table["max_abs_entropy_diff"].item() <= 1e-4
+    assert table["topk_ids_equal_share"].item() >= 0.99
+    overlap = pd.read_csv(latest(project / "data/04_feature/entropy_overlap.csv"))
+    assert overlap[["step", "overlap_with_base", "overlap_with_final"]].values.tolist() == [
+        [0, 1.0, 1.0]
+    ]
+    shards = [
+        latest(project / f"data/03_primary/rescoring/{RUN}/step_0/shard_{k}.rescored.parquet")
+        for k in range(4)
+    ]
+    assert sum(pq.read_metadata(p).num_rows for p in shards) == table["n_positions"].item()

@@ -203,6 +203,21 @@ def speed(n_prompts: int, samples: int, max_new_tokens: int) -> None:
         f"  bfloat16 re-score vs float32 decode: max |dH| {gap.max_abs_entropy_diff:.3f} nats, "
         f"mean {gap.mean_abs_entropy_diff:.4f}"
     )
+    # responses decoded in bfloat16 (as mini_dapo does), re-scored in bfloat16 and in float32
+    generated_bf16 = list(generate_sequences(bf16_model, tokenizer, prompts, samples, params, eos))
+    prompt_ids = {i.prompt_index: i.prompt_ids for i in items}
+    items_bf16 = [
+        ResponseToScore(s.prompt_index, s.sample_index, prompt_ids[s.prompt_index], s.token_ids)
+        for s in generated_bf16
+    ]
+    for label, scorer in (("bfloat16", bf16_model), ("float32", model)):
+        again = list(score_responses(scorer, items_bf16, batch_size=8))
+        gap = compare_scores(stack(generated_bf16), stack(again))
+        print(
+            f"  {label} re-score vs bfloat16 decode: max |dH| {gap.max_abs_entropy_diff:.3f} "
+            f"nats, mean {gap.mean_abs_entropy_diff:.4f}, top-k ids equal "
+            f"{100 * gap.topk_ids_equal_share:.1f}%"
+        )
 
 
 def main() -> None:

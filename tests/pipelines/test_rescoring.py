@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -19,9 +21,16 @@ import yaml
 from PIL import Image
 
 from hed import layout
-from hed.errors import ConfigError
+from hed.errors import ConfigError, InputDataError
 from hed.pipelines.rescoring import create_pipeline
-from hed.pipelines.rescoring.nodes import reference_plan, rescoring_section
+from hed.pipelines.rescoring.nodes import (
+    RescoringConsistencyError,
+    check_self_consistency,
+    collect_rescored_entropies,
+    reference_plan,
+    rescoring_section,
+    select_user_responses,
+)
 
 from ..conftest import build_tiny_model
 from ..project_copy import (
@@ -289,3 +298,77 @@ def test_demo_step_rescored_under_gpu_runner_reproduces_its_records(
         for k in range(4)
     ]
     assert sum(pq.read_metadata(p).num_rows for p in shards) == table["n_positions"].item()
+
+
+# ------------------------------------------------------------------ nodes on hand-made tables
+
+
+def _records(entropy, *, dtype=None, name="hed.rescoring") -> ds.Dataset:
+    n = len(entropy)
+    table = pa.table(
+        {
+            "prompt_index": pa.array([0] * n, pa.int32()),
+            "sample_index": pa.array([0] * n, pa.int16()),
+            "position": pa.array(range(n), pa.int32()),
+            "token_id": pa.array([5] * n, pa.int32()),
+            "entropy": pa.array(entropy, pa.float32()),
+            "logprob": pa.array([-0.5] * n, pa.float32()),
+            "topk_token_ids": pa.array([[5, 6]] * n, pa.list_(pa.int32())),
+            "is_special": pa.array([False] * n),
+        }
+    )
+    if dtype:
+        table = table.replace_schema_metadata({name: json.dumps({"dtype": dtype})})
+    return ds.dataset(table)
+
+
+def _reference(decode_dtype: str) -> ds.Dataset:
+    table = pa.table({"prompt_index": pa.array([0], pa.int32())})
+    meta = {"source": "generated", "decode_dtype": decode_dtype}
+    return ds.dataset(table.replace_schema_metadata({"hed.reference": json.dumps(meta)}))
+
+
+def test_consistency_fails_in_float32_and_only_reports_bfloat16():
+    decode = _records([0.5, 1.0, 2.0])
+    off = _records([0.5, 1.0, 2.001], dtype="float32")
+    with pytest.raises(RescoringConsistencyError, match=r"r\.step_3: .* up to 0\.001 nats"):
+        check_self_consistency({}, _reference("float32"), decode, off, checks=[("r", 3, 1)])
+    table = check_self_consistency({}, _reference("bfloat16"), decode, off, checks=[("r", 3, 1)])
+    assert table[["status", "decode_dtype", "rescore_dtype"]].values.tolist() == [
+        ["reported", "bfloat16", "float32"]
+    ]
+    assert table["max_abs_entropy_diff"].item() == pytest.approx(0.001, abs=1e-6)
+    close = _records([0.5, 1.00005, 2.0], dtype="float32")
+    table = check_self_consistency({}, _reference("float32"), decode, close, checks=[("r", 3, 1)])
+    assert table["status"].tolist() == ["pass"]
+    assert table["n_positions"].tolist() == [3]
+
+
+def test_user_responses_are_numbered_and_checked():
+    table = select_user_responses(
+        pd.DataFrame({"prompt": ["a", "b", "a"], "response": ["x", "y", "z"]})
+    )
+    assert table.column("prompt_index").to_pylist() == [0, 0, 1]
+    assert table.column("sample_index").to_pylist() == [0, 1, 0]
+    assert table.column("response_text").to_pylist() == ["x", "z", "y"]
+    with pytest.raises(InputDataError, match="no column 'response'"):
+        select_user_responses(pd.DataFrame({"prompt": ["a"], "text": ["x"]}))
+    with pytest.raises(InputDataError, match="column 'response' is empty in row 1"):
+        select_user_responses(pd.DataFrame({"prompt": ["a", "b"], "response": ["x", ""]}))
+    with pytest.raises(InputDataError, match=r"\(prompt_index 0, sample_index 0\) appears twice"):
+        select_user_responses(
+            pd.DataFrame(
+                {
+                    "prompt": ["a", "a"],
+                    "response": ["x", "y"],
+                    "prompt_index": [0, 0],
+                    "sample_index": [0, 0],
+                }
+            )
+        )
+
+
+def test_steps_scored_on_other_responses_are_refused():
+    a, b = _records([1.0, 2.0]), _records([1.0, 2.0, 3.0])
+    with pytest.raises(InputDataError, match=r"r\.step_5 and r\.step_0 rescored_records hold"):
+        collect_rescored_entropies(a, b, index=[("r", 0, 0), ("r", 5, 0)])

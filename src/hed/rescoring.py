@@ -27,8 +27,9 @@ Exactness: in float32 the re-scored values of the checkpoint that generated the 
 equal its decode-time records to ~1e-5 nats (the matmuls reduce in another order for a
 ``(B, L)`` pass than for one decode step). In bfloat16 the hidden states and logits carry a
 bf16 rounding step that depends on the sequence length and batch shape, so a bf16 re-score
-differs from bf16 decode-time records by hundredths of a nat on average (SmolLM2-135M:
-0.035 nats mean, 0.4 max); re-score in float32 (the default) for comparisons with records.
+differs from bf16 decode-time records by hundredths of a nat on average (SmolLM2-135M,
+``bench/rescoring.py``: 0.038 nats mean, 0.32 max; a float32 re-score of bf16 records 0.030
+mean, 0.34 max); re-score in float32 (the default) for comparisons between checkpoints.
 
 Models whose causal-LM head post-processes the logits (``final_logit_softcapping``,
 ``logit_scale``, ``logits_scaling`` in the config) are refused: the chunked head here applies

@@ -372,3 +372,34 @@ def test_steps_scored_on_other_responses_are_refused():
     a, b = _records([1.0, 2.0]), _records([1.0, 2.0, 3.0])
     with pytest.raises(InputDataError, match=r"r\.step_5 and r\.step_0 rescored_records hold"):
         collect_rescored_entropies(a, b, index=[("r", 0, 0), ("r", 5, 0)])
+
+
+def test_mini_dapo_default_run_includes_rescoring_and_base_does_not():
+    from kedro.config import OmegaConfigLoader
+    from kedro.framework.project import configure_project
+
+    from hed.pipeline_registry import register_pipelines
+
+    repo = Path(__file__).resolve().parents[2]
+
+    def parameters(env: str) -> dict:
+        loader = OmegaConfigLoader(str(repo / "conf"), base_env="base", default_run_env=env)
+        return loader["parameters"]
+
+    configure_project("hed")
+    active = layout._active_params
+    try:
+        for env, expected in (("mini_dapo", True), ("local", False)):  # local: base only
+            layout.activate(parameters(env))
+            default = register_pipelines()["__default__"]
+            names = {n.name for n in default.nodes}
+            assert ("check_self_consistency" in names) is expected, env
+        params = parameters("mini_dapo")
+        pipeline = create_pipeline(layout.layout_from_params(params), params)
+        shard_nodes = [n for n in pipeline.nodes if n.name.endswith(".rescore_shard")]
+        assert len(shard_nodes) == 8 and all("gpu" in n.tags for n in shard_nodes)
+        (check,) = [n for n in pipeline.nodes if n.name == "check_self_consistency"]
+        assert "mini_dapo_with_clip.step_24.token_records" in check.inputs
+        assert "mini_dapo_without_clip.step_24.token_records" in check.inputs
+    finally:
+        layout.activate(active)

@@ -368,6 +368,23 @@ def test_user_responses_are_numbered_and_checked():
         )
 
 
+def test_response_pairs_file_errors_are_one_line(tmp_path):
+    from hed.reference_datasets import ResponsePairsDataset
+
+    missing = ResponsePairsDataset(filepath=str(tmp_path / "pairs.parquet"))
+    with pytest.raises(InputDataError, match=r"pairs\.parquet does not exist: write your"):
+        missing.load()
+    (tmp_path / "pairs.csv").write_text("prompt,response\n")
+    with pytest.raises(InputDataError, match=r"unsupported format '\.csv'"):
+        ResponsePairsDataset(filepath=str(tmp_path / "pairs.csv")).load()
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(InputDataError, match=r"bad\.parquet cannot be read"):
+        ResponsePairsDataset(filepath=str(tmp_path / "bad.parquet")).load()
+    pd.DataFrame({"prompt": ["a"], "response": ["b"]}).to_parquet(tmp_path / "ok.parquet")
+    frame = ResponsePairsDataset(filepath=str(tmp_path / "ok.parquet")).load()
+    assert frame.to_dict("records") == [{"prompt": "a", "response": "b"}]
+
+
 def test_steps_scored_on_other_responses_are_refused():
     a, b = _records([1.0, 2.0]), _records([1.0, 2.0, 3.0])
     with pytest.raises(InputDataError, match=r"r\.step_5 and r\.step_0 rescored_records hold"):

@@ -146,25 +146,33 @@ def plot_entropy_percentiles(table: pd.DataFrame) -> Figure:
             )
             top.set_title(run)
             top.set_ylabel("entropy (nats)")
-            top.legend(frameon=False, ncols=2)
+            top.set_ylim(bottom=0)
             bottom.plot(
                 rows["step"],
                 100 * rows["frac_below_0_01"],
                 "o-",
                 markersize=3,
                 color=OKABE_ITO["black"],
-                label="this run",
+                label="below 0.01 nats",
             )
             bottom.axhline(
                 100 * REFERENCE_FRAC_BELOW_0_01,
                 color=OKABE_ITO["black"],
                 linestyle="--",
                 linewidth=0.9,
-                label="80/20 (Qwen3-8B)",
+                label="80/20 below 0.01 (Qwen3-8B)",
             )
             bottom.set_ylabel("tokens below 0.01 nats (%)")
             bottom.set_xlabel("checkpoint step")
             bottom.set_ylim(0, 100)
-            bottom.legend(frameon=False)
+        if runs:  # one legend for all panels, below them
+            handles = [*axes[0][0].get_lines(), *axes[1][0].get_lines()]
+            fig.legend(
+                handles=handles,
+                labels=[h.get_label() for h in handles],
+                loc="outside lower center",
+                ncols=4,
+                frameon=False,
+            )
         fig.suptitle("Generation entropy percentiles by step")
     return fig

@@ -79,3 +79,39 @@ HIGH_ENTROPY_POSITION_SCHEMA = pa.schema(
         pa.field("topk_probs", pa.list_(pa.float32())),
     ]
 )
+
+#: The responses a run's checkpoints re-score (``<run>.reference_responses``, docs/rescoring.md):
+#: one row per response. ``response_token_ids`` / ``is_special`` are null for a user's file
+#: (the re-scoring node tokenizes ``response_text``); ``prompt`` is the user message.
+REFERENCE_RESPONSE_SCHEMA = pa.schema(
+    [
+        pa.field("prompt_index", pa.int32()),
+        pa.field("sample_index", pa.int16()),
+        pa.field("prompt", pa.string()),
+        pa.field("response_text", pa.string()),
+        pa.field("response_token_ids", pa.list_(pa.int32())),
+        pa.field("is_special", pa.list_(pa.bool_())),
+    ]
+)
+
+#: Teacher-forced scores of a run's reference responses by one checkpoint
+#: (``<run>.step_<step>.shard_<k>.rescored_records``, docs/rescoring.md). Units as in
+#: :data:`TOKEN_RECORD_SCHEMA`; ``rank`` = vocabulary entries strictly more probable than the
+#: response token (0 = most probable).
+RESCORED_RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("run", pa.dictionary(pa.int32(), pa.string())),
+        pa.field("step", pa.int32()),
+        pa.field("shard", pa.int16()),
+        pa.field("prompt_index", pa.int32()),
+        pa.field("sample_index", pa.int16()),
+        pa.field("position", pa.int32()),
+        pa.field("token_id", pa.int32()),
+        pa.field("entropy", pa.float32()),
+        pa.field("logprob", pa.float32()),
+        pa.field("rank", pa.int32()),
+        pa.field("topk_token_ids", pa.list_(pa.int32())),
+        pa.field("topk_probs", pa.list_(pa.float32())),
+        pa.field("is_special", pa.bool_()),
+    ]
+)

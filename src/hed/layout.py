@@ -25,6 +25,7 @@ from typing import Any
 
 from hed.checkpoints import discover_steps
 from hed.errors import CheckpointError, ConfigError
+from hed.params import is_integer, positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def _parse_steps(name: str, steps: Any, root: str, embedded: bool) -> tuple[int,
             return tuple(discover_steps(root))
         except CheckpointError as exc:
             raise ConfigError(f"runs.{name}.steps is 'all' but {exc}") from None
-    if isinstance(steps, int) and not isinstance(steps, bool):
+    if is_integer(steps):
         steps = [steps]
     if not isinstance(steps, list | tuple) or not steps:
         raise ConfigError(
@@ -93,7 +94,7 @@ def _parse_steps(name: str, steps: Any, root: str, embedded: bool) -> tuple[int,
         )
     parsed = []
     for step in steps:
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        if not is_integer(step) or step < 0:
             raise ConfigError(f"runs.{name}.steps: {step!r} is not a non-negative integer step")
         parsed.append(step)
     if len(set(parsed)) != len(parsed):
@@ -143,9 +144,7 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
             "parameter `generation` must be a mapping (parameters_generation.yml), "
             f"got {generation!r}"
         )
-    num_shards = generation.get("num_shards", 1)
-    if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
-        raise ConfigError(f"generation.num_shards must be a positive integer, got {num_shards!r}")
+    num_shards = positive_int(generation.get("num_shards", 1), "generation.num_shards")
     return StudyLayout(runs=tuple(runs), num_shards=num_shards)
 
 

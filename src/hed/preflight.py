@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
-from hed import layout
+from hed import layout, params
 from hed.errors import ConfigError
 from hed.shard_metadata import (
     GENERATION_METADATA_KEY,
@@ -95,10 +96,12 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
 
     Nodes check their own parameters, but a bad ``aggregation.top_entropy_frac`` or
     ``reporting.top_n_words`` would otherwise surface only after hours of generation. Checked
-    here, for the sections the pipeline reads: ``runs`` (names, roles, steps:
-    :func:`hed.layout.layout_from_params`), ``generation`` (sampling parameters, dtype),
-    ``aggregation`` (``top_entropy_frac``, the lexicon) and ``reporting`` (section shape,
-    ``top_n_words``, ``fig3.steps``). The checks are the nodes' own functions.
+    here, for the sections the pipeline reads, with the rules of :mod:`hed.params`: ``runs``
+    (names, roles, steps: :func:`hed.layout.layout_from_params`), ``generation`` (sampling
+    parameters, dtype), ``aggregation`` (``top_entropy_frac``, the lexicon), ``reporting``
+    (section shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``,
+    the completeness rules that need no data (:func:`check_strict_completeness`). Unknown
+    keys are refused earlier, when the session starts (:func:`hed.params.check_unknown_keys`).
 
     Args:
         pipeline: the pipeline about to run.
@@ -111,41 +114,75 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
         ConfigError: the first invalid value, in the nodes' own one-line wording.
     """
     datasets = pipeline.datasets()
+
+    def load(name: str) -> Any:
+        return catalog.load(f"params:{name}") if f"params:{name}" in catalog else None
+
     checked = []
     if "params:runs" in datasets:
-        generation = catalog.load("params:generation") if "params:generation" in catalog else {}
-        layout.layout_from_params(
-            {"runs": catalog.load("params:runs"), "generation": generation or {}}
-        )
+        layout.layout_from_params({"runs": load("runs"), "generation": load("generation") or {}})
         checked.append("runs")
     if "params:generation" in datasets:
-        from hed.pipelines.generation.nodes import sampling_params_from
-        from hed.recording import resolve_dtype
-
-        generation = catalog.load("params:generation") or {}
-        if not isinstance(generation, dict):
-            raise ConfigError(f"parameter `generation` must be a mapping, got {generation!r}")
-        sampling_params_from(generation)
-        resolve_dtype(generation.get("dtype", "auto"), "cpu")
+        params.generation_params(load("generation"))
         checked.append("generation")
     if "params:aggregation" in datasets:
-        from hed.lexicon import parse_lexicon
-        from hed.pipelines.aggregation.nodes import parameter_section
-        from hed.thresholds import validate_top_entropy_frac
-
-        aggregation = parameter_section(catalog.load("params:aggregation"), "aggregation")
-        validate_top_entropy_frac(aggregation.get("top_entropy_frac", 0.2))
-        parse_lexicon(aggregation.get("lexicon"))
+        params.aggregation_params(load("aggregation"))
         checked.append("aggregation")
     if "params:reporting" in datasets:
-        from hed.pipelines.reporting.nodes import (
-            fig3_steps_param,
-            reporting_section,
-            top_n_words_param,
-        )
-
-        reporting = reporting_section(catalog.load("params:reporting"))
-        top_n_words_param(reporting)
-        fig3_steps_param(reporting)
+        reporting = params.reporting_params(load("reporting"))
+        if reporting.strict:
+            check_strict_completeness(reporting, load("runs") or {}, load("metrics"))
         checked.append("reporting")
     return checked
+
+
+def check_strict_completeness(
+    reporting: params.ReportingParams, runs: Mapping[str, Any], metrics: Any
+) -> None:
+    """With ``reporting.strict: true``, refuse a study whose figures cannot be complete.
+
+    The rules that need no data, checked before generation instead of after it (the
+    reporting node checks the data-dependent rest): a ``with_clip`` and a ``without_clip``
+    run (Figure 2's pair); ``reporting.fig3.steps`` set and every one of them among the
+    ``steps`` of every run; a pass@1 source (``metrics.runs.<run>.sources``) for every run.
+    A run with ``steps: all`` is taken to have every step (they are known only on disk).
+
+    Args:
+        reporting: the checked ``params:reporting``.
+        runs: ``params:runs``.
+        metrics: ``params:metrics``.
+
+    Raises:
+        ConfigError: one line listing every gap, numbered, and the way out.
+    """
+    gaps = []
+    roles = {str((cfg or {}).get("role", "single")) for cfg in runs.values()}
+    if not {"with_clip", "without_clip"} <= roles:
+        have = ", ".join(
+            f"{name} ({(cfg or {}).get('role', 'single')})" for name, cfg in runs.items()
+        )
+        gaps.append(f"runs needs a with_clip and a without_clip run, has {have or 'none'}")
+    if reporting.fig3_steps is None:
+        gaps.append("reporting.fig3.steps is not set (the paper used [20, 80, 200])")
+    else:
+        for name, cfg in runs.items():
+            steps = (cfg or {}).get("steps", "all")
+            if steps == "all":
+                continue
+            missing = sorted(
+                set(reporting.fig3_steps) - set(params.step_list(steps, f"runs.{name}.steps") or [])
+            )
+            if missing:
+                gaps.append(f"reporting.fig3.steps {missing} are not in runs.{name}.steps")
+    metric_runs = (
+        (params.section(metrics, "metrics").get("runs") or {}) if metrics is not None else {}
+    )
+    for name in runs:
+        if not ((metric_runs.get(name) or {}).get("sources") or {}):
+            gaps.append(f"metrics.runs.{name}.sources is empty: no pass@1 for run {name}")
+    if gaps:
+        raise ConfigError(
+            "reporting.strict is true but the figures cannot be complete: "
+            + "; ".join(f"({i}) {gap}" for i, gap in enumerate(gaps, 1))
+            + "; fix these before generating, or set reporting.strict: false to draw what exists"
+        )

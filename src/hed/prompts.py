@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from hed.errors import ConfigError, InputDataError
+from hed.params import positive_int
 
 #: Columns of the ``prompts`` dataset.
 PROMPT_COLUMNS = ["prompt_index", "prompt_id", "prompt", "answer", "source_file", "source_row"]
@@ -45,10 +46,7 @@ def sample_rows(n_rows: int, num_prompts: int | None, seed: int, source: str) ->
     """
     if num_prompts is None:
         return np.arange(n_rows)
-    if isinstance(num_prompts, bool) or not isinstance(num_prompts, int) or num_prompts < 1:
-        raise ConfigError(
-            f"prompts.num_prompts must be a positive integer or null, got {num_prompts!r}"
-        )
+    positive_int(num_prompts, "prompts.num_prompts", allow_none=True)
     if num_prompts > n_rows:
         raise ConfigError(
             f"prompts.num_prompts is {num_prompts} but {source} has only {n_rows} rows; "

@@ -62,6 +62,7 @@ from kedro.runner.parallel_runner import ParallelRunnerManager
 from kedro.runner.task import Task
 
 from hed.errors import TRACEBACK_VARIABLE, ConfigError, hed_error_in, short_message
+from hed.params import is_integer
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -194,7 +195,7 @@ def resolve_slots(gpus: GpuSpec = None, cpu_workers: int = 1) -> list[Slot]:
                 gpus if isinstance(gpus, str) else ":".join(map(str, gpus)),
             )
         return [Slot(f"GPU {i}", i) for i in ids]
-    if isinstance(cpu_workers, bool) or not isinstance(cpu_workers, int) or cpu_workers < 1:
+    if not is_integer(cpu_workers) or cpu_workers < 1:
         raise ConfigError(f"GPURunner: cpu_workers={cpu_workers!r} must be a whole number ≥ 1")
     return [Slot(f"CPU worker {k}", "") for k in range(cpu_workers)]
 
@@ -243,7 +244,7 @@ class GPURunner(ParallelRunner):
         self._manager = ParallelRunnerManager()
         self._manager.start(_exit_with_parent)
         self._slots = resolve_slots(gpus, cpu_workers)
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        if not is_integer(threads) or threads < 1:
             raise ConfigError(f"GPURunner: threads={threads!r} must be a whole number ≥ 1")
         self._threads = threads
         self._max_workers = len(self._slots)

@@ -17,9 +17,9 @@ from hed.embedded import ensure_embedded_checkpoint
 from hed.errors import ConfigError, InputDataError
 from hed.grading import grade_response, normalise_reference
 from hed.layout import layout_from_params
+from hed.params import integer, sampling_params
 from hed.prompts import PROMPT_COLUMNS, pick_prompt_column, prompt_id, render_prompt, sample_rows
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
-
 from hed.shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
 
 logger = logging.getLogger(__name__)
@@ -52,9 +52,7 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
             f"prompts.prompt_columns must be a list of column names (e.g. [problem, question]), "
             f"got {columns!r}"
         )
-    seed = params.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError(f"prompts.seed must be an integer, got {seed!r}")
+    seed = integer(params.get("seed", 0), "prompts.seed")
     column = pick_prompt_column(raw_prompts, list(columns), source)
     rows = sample_rows(len(raw_prompts), params.get("num_prompts"), seed, source)
     chosen = raw_prompts.iloc[rows]
@@ -244,30 +242,14 @@ def generate_shard(
 
 
 def sampling_params_from(params: dict[str, Any]):
-    """Build :class:`hed.recording.SamplingParams` from ``params:generation``, validated.
+    """Build :class:`hed.recording.SamplingParams` from ``params:generation``, validated
+    (:func:`hed.params.sampling_params`).
 
     Raises:
         ConfigError: a missing or out-of-range value (temperature ≤ 0, top_p outside (0, 1],
             top_k < 1, max_new_tokens, batch_size, top_prob_k or samples_per_prompt < 1).
     """
-    from hed.recording import SamplingParams
-
-    samples = params.get("samples_per_prompt")
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise ConfigError(
-            f"generation.samples_per_prompt must be a positive integer, got {samples!r}"
-        )
-    # values go to SamplingParams unconverted: it checks types and ranges and names the field
-    # (float("hot") or int(None) here would raise a message that names nothing)
-    return SamplingParams(
-        temperature=params.get("temperature", 1.0),
-        top_p=params.get("top_p", 1.0),
-        top_k=params.get("top_k"),
-        max_new_tokens=params.get("max_new_tokens"),
-        top_prob_k=params.get("top_prob_k", 5),
-        seed=params.get("seed", 0),
-        batch_size=params.get("batch_size", 8),
-    )
+    return sampling_params(params)
 
 
 def records_table(

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from hed import figures
 from hed.errors import ConfigError
+from hed.params import fig3_steps_param, reporting_section, top_n_words_param
 
 logger = logging.getLogger(__name__)
 
@@ -81,70 +82,6 @@ def _configured_steps(cfg: Mapping[str, Any] | None) -> list[int]:
     if isinstance(steps, int) and not isinstance(steps, bool):
         return [steps]
     return sorted(int(s) for s in steps) if isinstance(steps, list | tuple) else []
-
-
-def reporting_section(reporting: Any) -> dict[str, Any]:
-    """Check the shape of ``params:reporting`` before any value is read.
-
-    Args:
-        reporting: ``params:reporting``; ``None`` (an empty YAML section) means every default.
-
-    Returns:
-        The section as a dict (empty when ``None``).
-
-    Raises:
-        ConfigError: the section, ``fig3``, ``figure2`` or ``figure3`` is not a mapping, or
-            ``strict`` is not ``true``/``false`` (a quoted ``"false"`` would otherwise count
-            as true).
-    """
-    if reporting is None:
-        return {}
-    if not isinstance(reporting, Mapping):
-        raise ConfigError(
-            f"parameter `reporting` must be a mapping (parameters_reporting.yml), got {reporting!r}"
-        )
-    for key in ("fig3", "figure2", "figure3"):
-        value = reporting.get(key)
-        if value is not None and not isinstance(value, Mapping):
-            raise ConfigError(
-                f"reporting.{key} must be a mapping (e.g. `{key}: {{...}}`), got {value!r}"
-            )
-    strict = reporting.get("strict", False)
-    if not isinstance(strict, bool):
-        raise ConfigError(f"reporting.strict must be true or false (unquoted), got {strict!r}")
-    return dict(reporting)
-
-
-def fig3_steps_param(reporting: Mapping[str, Any]) -> list[int] | None:
-    """``reporting.fig3.steps`` as a list of steps, or None when unset or empty.
-
-    Raises:
-        ConfigError: not a list of non-negative integers.
-    """
-    steps = (reporting.get("fig3") or {}).get("steps")
-    if steps is None or (isinstance(steps, list | tuple) and not steps):
-        return None
-    if isinstance(steps, int) and not isinstance(steps, bool):
-        steps = [steps]
-    if not isinstance(steps, list | tuple) or any(
-        isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in steps
-    ):
-        raise ConfigError(
-            f"reporting.fig3.steps must be a list of non-negative integer steps, got {steps!r}"
-        )
-    return sorted(set(steps))
-
-
-def top_n_words_param(reporting: Mapping[str, Any]) -> int:
-    """``reporting.top_n_words`` (default 20): words per Figure 3 panel.
-
-    Raises:
-        ConfigError: not a positive integer.
-    """
-    top_n = reporting.get("top_n_words", DEFAULT_TOP_N)
-    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
-        raise ConfigError(f"reporting.top_n_words must be a positive integer, got {top_n!r}")
-    return top_n
 
 
 def fallback_fig3_steps(steps: Sequence[int]) -> list[int]:

@@ -9,7 +9,8 @@ from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.framework.project import settings
 
-from hed import layout
+from hed import layout, params, run_lock
+from hed.errors import ConfigError
 from hed.pass1_sources import export_wandb_api_key
 from hed.preflight import check_parameters, check_reused_shards
 
@@ -50,9 +51,19 @@ class ProjectHooks:
         ``WANDB_API_KEY`` (when that variable is not already set) for the metrics pipeline's
         ``wandb`` source; no credentials file or no ``wandb`` entry is fine (W&B is optional).
         """
+        check_env_exists(context)
         # config_loader["parameters"] already holds runtime --params; `context.params` would
         # build (and cache) every pipeline to validate them, before the layout is known.
-        layout.activate(context.config_loader["parameters"])
+        parameters = context.config_loader["parameters"]
+        conf_source = context.project_path / settings.CONF_SOURCE
+        params.check_unknown_keys(
+            parameters,
+            lambda key: params.key_origin(
+                key, conf_source, context.env, context.config_loader.runtime_params
+            ),
+        )
+        layout.activate(parameters)
+        layout.activate_data_root(_data_root(context))
         export_wandb_api_key(_credentials(context))
 
     @hook_impl
@@ -62,3 +73,51 @@ class ProjectHooks:
         check_parameters(pipeline, catalog)
         if run_params.get("only_missing_outputs"):
             check_reused_shards(pipeline, catalog)
+        env = env_label(run_params.get("env"))
+        run_lock.claim_root(layout.data_root(), env)
+        run_lock.acquire(layout.data_root(), env)
+
+    @hook_impl
+    def after_pipeline_run(self) -> None:
+        """Release the data root's run lock (:mod:`hed.run_lock`)."""
+        run_lock.release(layout.data_root())
+
+    @hook_impl
+    def on_pipeline_error(self) -> None:
+        """Release the data root's run lock when the run fails or is interrupted."""
+        run_lock.release(layout.data_root())
+
+
+def env_label(env: str | None) -> str:
+    """The environment's name for the data root: ``base`` for the default (``local``)."""
+    return env if env not in (None, "", "local", "base") else "base"
+
+
+def _data_root(context: KedroContext) -> str:
+    """``globals.data_root`` of the context's environment (``data`` when unset)."""
+    try:
+        root = context.config_loader["globals"].get("data_root")
+    except MissingConfigException:
+        root = None
+    return str(root or layout.DEFAULT_DATA_ROOT)
+
+
+def check_env_exists(context: KedroContext) -> None:
+    """Refuse ``--env <name>`` when ``conf/<name>`` does not exist, listing the valid names.
+
+    Raises:
+        ConfigError: one line: the unknown name, the nearest valid one and every valid one.
+    """
+    import difflib
+
+    env = context.env
+    conf = context.project_path / settings.CONF_SOURCE
+    if not env or (conf / env).is_dir():
+        return
+    valid = sorted(p.name for p in conf.iterdir() if p.is_dir() and not p.name.startswith("."))
+    near = difflib.get_close_matches(env, valid, n=1, cutoff=0.5)
+    hint = f"did you mean --env {near[0]}? " if near else ""
+    raise ConfigError(
+        f"--env {env}: there is no {settings.CONF_SOURCE}/{env} folder; {hint}environments: "
+        f"{', '.join(valid)} (create conf/{env}/ for a new study)"
+    )

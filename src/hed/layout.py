@@ -33,6 +33,10 @@ ROLES = ("with_clip", "without_clip", "single")
 _RUN_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 
 _active_params: dict[str, Any] | None = None
+_active_data_root: str | None = None
+
+#: The data root of the base environment (``conf/base/globals.yml``).
+DEFAULT_DATA_ROOT = "data"
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,35 @@ def activate(params: dict[str, Any]) -> None:
     """Make ``params`` the source of :func:`active_layout` (called by the project hook)."""
     global _active_params  # noqa: PLW0603 - the one hand-off point from the session to the registry
     _active_params = params
+
+
+def activate_data_root(root: str | None) -> None:
+    """Make ``root`` (``globals.data_root`` of the session's environment) :func:`data_root`."""
+    global _active_data_root  # noqa: PLW0603 - set once per session by the project hook
+    _active_data_root = root
+
+
+def data_root() -> str:
+    """The folder every dataset of the active environment lies under.
+
+    ``data_root`` of ``conf/<env>/globals.yml`` (over ``conf/base/globals.yml``): the session's
+    when one is active, else that of ``conf/`` for ``KEDRO_ENV``; ``data`` when none is set.
+    Paths HED builds itself (the W&B export folder, mini_rl's defaults) start here.
+    """
+    if _active_data_root is not None:
+        return _active_data_root
+    from kedro.config import MissingConfigException, OmegaConfigLoader
+
+    try:
+        loader = OmegaConfigLoader(
+            conf_source=os.environ.get("HED_CONF_SOURCE", "conf"),
+            base_env="base",
+            default_run_env="local",
+            env=os.environ.get("KEDRO_ENV"),
+        )
+        return str(loader["globals"].get("data_root") or DEFAULT_DATA_ROOT)
+    except (MissingConfigException, ValueError):
+        return DEFAULT_DATA_ROOT
 
 
 def active_layout() -> StudyLayout:

@@ -14,11 +14,12 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hed import layout, params
-from hed.errors import ConfigError
+from hed.checkpoints import checkpoint_fingerprint
+from hed.errors import CheckpointError, ConfigError
 from hed.shard_metadata import (
     GENERATION_METADATA_KEY,
     StaleField,
-    stale_reused_shard,
+    stale_field,
 )
 
 #: Dataset names of shard files (DESIGN.md §4): ``<run>.step_<step>.shard_<k>.sequences``.
@@ -33,7 +34,9 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
     of ``generation.temperature`` such a run would finish at once and keep the old records.
     Each shard's ``sequences`` file records its generation parameters (``hed.generation``);
     they are compared here with the current ``params:generation`` and ``params:prompts``
-    (sampling parameters, dtype, prompt rendering) before anything runs.
+    (sampling parameters, dtype, prompt rendering) and with the checkpoint's content
+    fingerprint as it is now (:func:`hed.checkpoints.checkpoint_fingerprint`: a step retrained
+    at the same path), before anything runs.
 
     Args:
         pipeline: the pipeline about to run.
@@ -53,6 +56,7 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
     generation = catalog.load("params:generation") or {}
     prompt_params = catalog.load("params:prompts") if "params:prompts" in catalog else None
     checked = 0
+    fingerprints: dict[str, dict[str, str] | None] = {}
     for name in names:
         dataset = catalog.get(name)
         if dataset is None or not dataset.exists():
@@ -65,7 +69,13 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
             recorded = json.loads(raw) if raw else None
         except ValueError:
             recorded = None
-        stale = recorded and stale_reused_shard(recorded, generation, prompt_params)
+        stale = recorded and stale_field(
+            recorded,
+            generation=generation,
+            prompt_params=prompt_params,
+            checkpoint=_current_checkpoint(recorded, fingerprints),
+            prompt_ids=None,
+        )
         shards = recorded and recorded.get("num_shards")
         if not stale and shards and shards != generation.get("num_shards", shards):
             stale = StaleField(
@@ -83,6 +93,26 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
                 f"regenerate every shard, or {stale.restore}"
             )
     return checked
+
+
+def _current_checkpoint(
+    recorded: dict[str, Any], fingerprints: dict[str, dict[str, str] | None]
+) -> dict[str, str] | None:
+    """The content fingerprint of the checkpoint a shard was generated from, as it is now.
+
+    ``--only-missing-outputs`` also skips ``resolve_checkpoints`` (its ``checkpoints`` file
+    exists), so a checkpoint retrained in place would go unnoticed: the folder recorded in the
+    shard is fingerprinted again here (once per folder). ``None`` when it is gone.
+    """
+    model_dir = (recorded.get("checkpoint") or {}).get("model_dir")
+    if not model_dir:
+        return None
+    if model_dir not in fingerprints:
+        try:
+            fingerprints[model_dir] = checkpoint_fingerprint(model_dir)
+        except (CheckpointError, OSError):
+            fingerprints[model_dir] = None
+    return fingerprints[model_dir]
 
 
 def _versions_folder(path: str) -> str:

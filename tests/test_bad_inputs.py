@@ -366,10 +366,10 @@ def _(t: Ctx) -> Expect:
 def _(t: Ctx) -> Expect:
     path = write_text(
         t.tmp / "prompts.jsonl",
-        '{"problem": "1+1", "answer": "2"}\n{"problem": "   ", "answer": "4"}\n',
-    )
+        '{"problem": "1+1", "answer": "2"}\n\n{"problem": "   ", "answer": "4"}\n',
+    )  # the empty prompt is row 1 (0-based) on line 3 (editors' numbering; a blank line 2)
     return Expect(
-        prompt_node_run(path, PROMPT_PARAMS), InputDataError, (str(path), "'problem'", "row 1")
+        prompt_node_run(path, PROMPT_PARAMS), InputDataError, (str(path), "'problem'", "line 3")
     )
 
 

@@ -238,7 +238,7 @@ def training_specs(
             TrainingSpec(
                 run=str(name),
                 checkpoint_root=str(runs[name]["checkpoint_root"]),
-                wandb_dir=str(Path(wandb_cfg.get("dir") or f"{data_root()}/01_raw/wandb") / str(name)),
+                wandb_dir=str(Path(wandb_cfg.get("dir") or f"{data_root()}/01_raw/wandb") / name),
                 wandb_project=str(wandb_cfg.get("project", "hed-mini-rl")),
                 base_model_dir=str(base["model_dir"]),
                 embedded=bool(base.get("embedded", False)),

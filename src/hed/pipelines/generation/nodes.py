@@ -18,7 +18,16 @@ from hed.errors import ConfigError, InputDataError
 from hed.grading import grade_response, normalise_reference
 from hed.layout import layout_from_params
 from hed.params import integer, sampling_params
-from hed.prompts import PROMPT_COLUMNS, pick_prompt_column, prompt_id, render_prompt, sample_rows
+from hed.prompts import (
+    PROMPT_COLUMNS,
+    check_context_length,
+    line_of,
+    pick_prompt_column,
+    prompt_id,
+    render_prompt,
+    sample_rows,
+    unique_prompt_rows,
+)
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 from hed.shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
 
@@ -54,14 +63,20 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
         )
     seed = integer(params.get("seed", 0), "prompts.seed")
     column = pick_prompt_column(raw_prompts, list(columns), source)
-    rows = sample_rows(len(raw_prompts), params.get("num_prompts"), seed, source)
+    suffix = params.get("instruction_suffix") or ""
+    all_texts = raw_prompts[column].astype("string")
+    ids = [None if pd.isna(t) or not str(t).strip() else prompt_id(str(t) + suffix)
+           for t in all_texts]  # fmt: skip
+    kept = unique_prompt_rows(ids, params.get("duplicates", "drop"), source, raw_prompts)
+    rows = kept[sample_rows(len(kept), params.get("num_prompts"), seed, source)]
     chosen = raw_prompts.iloc[rows]
     texts = chosen[column].astype("string")
     empty = texts.isna() | (texts.str.strip() == "")
     if empty.any():
         first = int(rows[np.argmax(empty.to_numpy())])
-        raise InputDataError(f"prompt file {source}: column {column!r} is empty in row {first}")
-    suffix = params.get("instruction_suffix") or ""
+        raise InputDataError(
+            f"prompt file {source}: column {column!r} is empty on {line_of(raw_prompts, first)}"
+        )
     prompts = [str(text) + suffix for text in texts]
     answer_column = params.get("answer_column")
     if answer_column and answer_column in chosen.columns:
@@ -191,6 +206,15 @@ def generate_shard(
         )
         for row in mine.itertuples()
     ]
+    check_context_length(
+        {
+            p.prompt_index: len(tokenizer(p.text, add_special_tokens=False)["input_ids"])
+            for p in inputs
+        },
+        sampling.max_new_tokens,
+        getattr(model.config, "max_position_embeddings", None),
+        entry["model_dir"],
+    )
     answers = dict(zip(mine["prompt_index"].astype(int), mine["answer"], strict=True))
     ids_of = dict(zip(mine["prompt_index"].astype(int), mine["prompt_id"], strict=True))
     special_ids = np.array(sorted(set(tokenizer.all_special_ids) | set(eos_ids)), dtype=np.int32)

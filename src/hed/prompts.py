@@ -143,6 +143,12 @@ def check_context_length(
     if not context:
         return
     limit = context - max_new_tokens
+    if limit < 1:
+        raise ConfigError(
+            f"generation.max_new_tokens is {max_new_tokens} but the context of {model_dir} "
+            f"(max_position_embeddings) is {context} tokens: lower max_new_tokens to leave "
+            "room for the prompts"
+        )
     too_long = {i: n for i, n in token_counts.items() if n > limit}
     if not too_long:
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kedro.config import MissingConfigException, OmegaConfigLoader
@@ -33,6 +34,11 @@ def _credentials(context: KedroContext) -> dict[str, Any]:
             credentials.update(loader["credentials"])
         except MissingConfigException:
             pass
+    # a new OmegaConfigLoader takes over OmegaConf's process-wide `globals` resolver: give it
+    # back to the run's loader, whose catalog reads `${globals:data_root}`
+    restore = getattr(context.config_loader, "_register_globals_resolver", None)
+    if len(loaders) > 1 and callable(restore):
+        restore()
     return credentials
 
 
@@ -94,12 +100,13 @@ def env_label(env: str | None) -> str:
 
 
 def _data_root(context: KedroContext) -> str:
-    """``globals.data_root`` of the context's environment (``data`` when unset)."""
+    """``globals.data_root`` of the context's environment (``data`` when unset), under the
+    project folder when relative (as Kedro resolves the catalog's relative file paths)."""
     try:
         root = context.config_loader["globals"].get("data_root")
     except MissingConfigException:
         root = None
-    return str(root or layout.DEFAULT_DATA_ROOT)
+    return str(Path(context.project_path) / (root or layout.DEFAULT_DATA_ROOT))
 
 
 def check_env_exists(context: KedroContext) -> None:

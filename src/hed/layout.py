@@ -173,18 +173,19 @@ def data_root() -> str:
     """
     if _active_data_root is not None:
         return _active_data_root
-    from kedro.config import MissingConfigException, OmegaConfigLoader
+    import yaml
 
-    try:
-        loader = OmegaConfigLoader(
-            conf_source=os.environ.get("HED_CONF_SOURCE", "conf"),
-            base_env="base",
-            default_run_env="local",
-            env=os.environ.get("KEDRO_ENV"),
-        )
-        return str(loader["globals"].get("data_root") or DEFAULT_DATA_ROOT)
-    except (MissingConfigException, ValueError):
-        return DEFAULT_DATA_ROOT
+    # the globals files themselves, not an OmegaConfigLoader: creating one re-registers
+    # OmegaConf's process-wide `globals` resolver and would break the session's own loader
+    conf = Path(os.environ.get("HED_CONF_SOURCE", "conf"))
+    root = DEFAULT_DATA_ROOT
+    for env in ("base", os.environ.get("KEDRO_ENV") or "local"):
+        path = conf / env / "globals.yml"
+        try:
+            root = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("data_root", root)
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+    return str(root)
 
 
 def active_layout() -> StudyLayout:

@@ -323,3 +323,86 @@ def test_a_misspelt_pipeline_or_env_ends_in_one_line(tmp_path, smollm2_dir, args
     output = result.stdout + result.stderr
     assert "Traceback" not in output and "Running node" not in output
     assert result.stderr.strip().splitlines()[-1] == line
+
+
+# ------------------------------------------------------------------ 7. log hygiene
+
+
+def test_the_last_progress_line_is_printed_once(caplog, monkeypatch):
+    from hed.pipelines.generation import nodes
+
+    clock = iter([0.0, 10.0, 10.0, 10.0, 10.0])
+    monkeypatch.setattr(nodes.time, "monotonic", lambda: next(clock))
+    progress = nodes._ProgressLog("r.step_0.shard_0", 2, every_s=5)
+    with caplog.at_level(logging.INFO, logger=nodes.__name__):
+        progress(2, 8)  # 10 s later: a periodic line with the final counts
+        progress.finish()
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["r.step_0.shard_0: 2/2 responses, 8 tokens, 0.8 tokens/s"]
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="signals a process group")
+def test_ctrl_c_reports_interrupted_with_the_resume_command(tmp_path):
+    import signal
+
+    script = (
+        "from hed.errors import install_short_tracebacks; install_short_tracebacks(); "
+        f"from tests import runner_nodes; runner_nodes.run_sleeper({str(tmp_path)!r})"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'src'}", "HED_TRACEBACK": ""}
+    with (tmp_path / "parent.log").open("w") as log:
+        parent = subprocess.Popen(
+            [sys.executable, "-c", script], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        pid_file = tmp_path / "child.pid"
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        parent.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        parent.wait(timeout=30)
+    finally:
+        parent.kill()
+        parent.wait()
+    output = (tmp_path / "parent.log").read_text()
+    assert "Node sleep interrupted on GPU 0" in output
+    assert "failed" not in output and "Traceback" not in output
+    assert (
+        output.strip()
+        .splitlines()[-1]
+        .startswith(
+            "RunInterruptedError: interrupted (Ctrl-C): 0 of 1 node(s) completed and kept their "
+            "outputs; resume with: kedro run --runner hed.runners.GPURunner --runner-params "
+            "'gpus=[0]' --from-nodes sleep"
+        )
+    )
+
+
+def test_gpu_runner_logs_name_the_cpu_and_hold_no_child_warnings(tmp_path, smollm2_dir):
+    import torch
+
+    project = copy_project(tmp_path / "project", smollm2_dir)
+    params = ",".join(
+        f"{section}.{key}={value}"
+        for section, values in TINY.items()
+        for key, value in values.items()
+    )
+    result = run_kedro_cli(
+        project,
+        "run",
+        "--pipelines",
+        "generation",
+        "--runner",
+        "hed.runners.GPURunner",
+        "--runner-params",
+        "gpus=[0]",
+        "--params",
+        params + ",generation.log_every_s=0.001",
+    )
+    output = result.stdout + result.stderr
+    assert "has no attribute 'datasets'" not in output
+    assert "'partial' function" not in output
+    final = [line for line in output.splitlines() if "2/2 responses" in line]
+    assert len(final) == 1, final  # one final progress line (2 prompts x 1 sample, 1 shard)
+    if not torch.cuda.is_available():
+        assert "generate_shard done on CPU (GPU 0 named, no CUDA device)" in output

@@ -269,14 +269,28 @@ class ProvenanceHooks:
 
     @hook_impl
     def after_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
-        """Log where the run's figures, figure tables and resolved config were written."""
+        """End the run with a summary: the current file of every figure and table it wrote.
+
+        Versioned outputs sit in timestamped folders (``<file>/<version>/<file>``); the summary
+        names the version each one loads now, so nothing has to be looked up.
+        """
         written = [
-            describe_dataset(catalog, name, "load").get("path")
+            info["path"]
             for name in sorted(pipeline.all_outputs())
-            if name in _ANNOUNCED
+            if _is_dataset(name)
+            and (info := describe_dataset(catalog, name, "load")).get("path")
+            and (name in _ANNOUNCED or str(info["type"]).endswith(_TABLE_TYPES))
         ]
-        for path in filter(None, written):
-            logger.info("Wrote %s", path)
+        if written:
+            logger.info(
+                "Run summary: %d figure(s) and table(s) written; current files:\n  %s",
+                len(written),
+                "\n  ".join(written),
+            )
+
+
+#: Dataset types whose outputs the run summary lists (tables and figures).
+_TABLE_TYPES = ("CSVDataset", "MatplotlibDataset")
 
 
 # ------------------------------------------------------------------ publishing

@@ -88,9 +88,10 @@ def acquire(data_root: str | Path, env: str) -> Path:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             holder = _read(path)
-            if holder is None or (holder.get("host") == me["host"] and (
-                holder.get("pid") == me["pid"] or not _alive(int(holder.get("pid", 0)))
-            )):
+            if holder is None or (
+                holder.get("host") == me["host"]
+                and (holder.get("pid") == me["pid"] or not _alive(int(holder.get("pid", 0))))
+            ):
                 if holder is not None and holder.get("pid") != me["pid"]:
                     logger.warning("Removing the stale run lock %s (%s)", path, _describe(holder))
                 path.unlink(missing_ok=True)

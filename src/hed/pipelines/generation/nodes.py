@@ -375,6 +375,7 @@ class _ProgressLog:
         self.label, self.total, self.every_s = label, total, float(every_s or 30)
         self.started = self.last = time.monotonic()
         self.done = self.tokens = 0
+        self.logged: tuple[int, int] | None = None
 
     def __call__(self, n_sequences: int, n_tokens: int) -> None:
         self.done, self.tokens = n_sequences, n_tokens
@@ -384,9 +385,12 @@ class _ProgressLog:
             self._log()
 
     def finish(self) -> None:
-        self._log()
+        """The final line, unless the last periodic line already said the same."""
+        if self.logged != (self.done, self.tokens):
+            self._log()
 
     def _log(self) -> None:
+        self.logged = (self.done, self.tokens)
         elapsed = max(time.monotonic() - self.started, 1e-9)
         logger.info(
             "%s: %d/%d responses, %d tokens, %.1f tokens/s",

@@ -406,3 +406,24 @@ def test_gpu_runner_logs_name_the_cpu_and_hold_no_child_warnings(tmp_path, smoll
     assert len(final) == 1, final  # one final progress line (2 prompts x 1 sample, 1 shard)
     if not torch.cuda.is_available():
         assert "generate_shard done on CPU (GPU 0 named, no CUDA device)" in output
+
+
+# ------------------------------------------------------------------ the catalog's templates
+
+
+@pytest.mark.parametrize("env", [None, "qae_repro", "mini_dapo"])
+def test_every_catalog_entry_resolves_with_a_type_and_an_allowed_layer(env):
+    loader = OmegaConfigLoader(
+        str(REPO_ROOT / "conf"), base_env="base", default_run_env="local", env=env
+    )
+    layers = {"raw", "intermediate", "primary", "feature", "reporting"}
+    for name, entry in loader["catalog"].items():
+        if name.startswith("_"):
+            continue  # the YAML templates (anchors) of the repeated blocks
+        assert entry.get("type"), name
+        assert "${" not in str(entry.get("filepath", "")), name  # globals resolved
+        assert entry["metadata"]["kedro-viz"]["layer"] in layers, name
+        if str(entry["type"]).endswith("CSVDataset"):
+            assert entry["save_args"] == {"index": False}, name
+            # every table is versioned but the W&B export, a stable path users point at
+            assert entry.get("versioned", False) is (name != "{run}.metrics_export"), name

@@ -39,7 +39,10 @@ def write_file(path: Path, size: int) -> None:
 def time_digest(path: Path, factory) -> tuple[float, str]:
     started = time.perf_counter()
     with path.open("rb") as file:
-        digest = hashlib.file_digest(file, factory) if factory in HASHLIB else _stream(file, factory)
+        if factory in HASHLIB:
+            digest = hashlib.file_digest(file, factory)
+        else:
+            digest = _stream(file, factory)
     return time.perf_counter() - started, digest.hexdigest()[:16]
 
 

@@ -370,10 +370,10 @@ def _(t: Ctx) -> Expect:
 def _(t: Ctx) -> Expect:
     path = write_text(
         t.tmp / "prompts.jsonl",
-        '{"problem": "1+1", "answer": "2"}\n{"problem": "   ", "answer": "4"}\n',
-    )
+        '{"problem": "1+1", "answer": "2"}\n\n{"problem": "   ", "answer": "4"}\n',
+    )  # the empty prompt is row 1 (0-based) on line 3 (editors' numbering; a blank line 2)
     return Expect(
-        prompt_node_run(path, PROMPT_PARAMS), InputDataError, (str(path), "'problem'", "row 1")
+        prompt_node_run(path, PROMPT_PARAMS), InputDataError, (str(path), "'problem'", "line 3")
     )
 
 
@@ -1504,6 +1504,246 @@ def _(t: Ctx) -> Expect:
         lambda: dynamics_section({"estimators": ["ppo"]}),
         ConfigError,
         ("dynamics.estimators", "ppo"),
+    )
+
+
+# ------------------------------------------------------------------ no silent failures
+
+
+def conf_with(ctx: Ctx, files: dict[str, str]) -> Path:
+    """A ``conf`` folder under ``ctx.tmp`` holding ``files`` (``"base/parameters.yml": text``)."""
+    for name, text in files.items():
+        write_text(ctx.tmp / "conf" / name, text)
+    return ctx.tmp / "conf"
+
+
+def unknown_key_check(conf: Path, env: str | None, runtime: dict[str, Any]) -> Callable[[], Any]:
+    """What the project hook does when the session starts: refuse unknown keys, naming the file."""
+    from hed.params import check_unknown_keys, key_origin
+
+    def call() -> Any:
+        loader = OmegaConfigLoader(
+            str(conf), base_env="base", default_run_env="local", env=env, runtime_params=runtime
+        )
+        params = loader["parameters"]
+        check_unknown_keys(params, lambda key: key_origin(key, conf, env, runtime))
+
+    return call
+
+
+@case("params-unknown-key-in-file")
+def _(t: Ctx) -> Expect:
+    conf = conf_with(
+        t,
+        {
+            "base/parameters_generation.yml": "generation:\n  temperature: 1.0\n",
+            "my_study/parameters_generation.yml": "generation:\n  temprature: 0.7\n",
+        },
+    )
+    return Expect(
+        unknown_key_check(conf, "my_study", {}),
+        ConfigError,
+        (
+            "unknown parameter generation.temprature",
+            "conf/my_study/parameters_generation.yml",
+            "did you mean generation.temperature?",
+        ),
+    )
+
+
+@case("params-unknown-key-in-runtime-params")
+def _(t: Ctx) -> Expect:
+    conf = conf_with(
+        t, {"base/parameters_aggregation.yml": "aggregation:\n  top_entropy_frac: 0.2\n"}
+    )
+    (conf / "local").mkdir()
+    runtime = {"aggregation": {"top_entropy_fraction": 0.05}}
+    return Expect(
+        unknown_key_check(conf, None, runtime),
+        ConfigError,
+        (
+            "aggregation.top_entropy_fraction",
+            "--params",
+            "did you mean aggregation.top_entropy_frac?",
+        ),
+    )
+
+
+@case("params-unknown-section")
+def _(t: Ctx) -> Expect:
+    conf = conf_with(t, {"base/parameters_reporting.yml": "reportng:\n  strict: true\n"})
+    (conf / "local").mkdir()
+    return Expect(
+        unknown_key_check(conf, None, {}),
+        ConfigError,
+        ("unknown parameter reportng", "parameters_reporting.yml", "did you mean reporting?"),
+    )
+
+
+def strict_preflight(runs: dict[str, Any], reporting: dict[str, Any], metrics: dict[str, Any]):
+    """``check_parameters`` on a one-node pipeline that reads runs, reporting and metrics."""
+    from kedro.io import MemoryDataset
+    from kedro.pipeline import Pipeline
+
+    from hed.preflight import check_parameters
+
+    sections = {"runs": runs, "reporting": reporting, "metrics": metrics}
+    pipeline = Pipeline([Node(lambda *a: a[0], [f"params:{k}" for k in sections], "out")])
+    catalog = DataCatalog({f"params:{k}": MemoryDataset(v) for k, v in sections.items()})
+    return lambda: check_parameters(pipeline, catalog)
+
+
+@case("params-strict-incomplete")
+def _(t: Ctx) -> Expect:
+    runs = {"dapo": {"role": "with_clip", "checkpoint_root": str(t.tmp), "steps": [0]}}
+    reporting = {"strict": True, "fig3": {"steps": [0, 10]}}
+    return Expect(
+        strict_preflight(runs, reporting, {"runs": {}}),
+        ConfigError,
+        (
+            "reporting.strict is true",
+            "runs needs a with_clip and a without_clip run",
+            "reporting.fig3.steps [10] are not in runs.dapo.steps",
+            "metrics.runs.dapo.sources is empty",
+        ),
+    )
+
+
+@case("prompts-duplicates-bad-policy")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "prompts.jsonl", '{"problem": "1+1"}\n{"problem": "1+1"}\n')
+    return Expect(
+        prompt_node_run(path, {**PROMPT_PARAMS, "duplicates": "warn"}),
+        ConfigError,
+        ("prompts.duplicates is 'warn'", "drop", "keep"),
+    )
+
+
+@case("prompts-too-long-for-context")
+def _(t: Ctx) -> Expect:
+    from hed.prompts import check_context_length
+
+    return Expect(
+        lambda: check_context_length({0: 100, 3: 10812, 5: 9000}, 1024, 8192, "/ckpt/actor_hf"),
+        ConfigError,
+        (
+            "prompt_index 3 has 10812 tokens",
+            "max_new_tokens 1024",
+            "at most 7168 prompt tokens",
+            "context of 8192",
+            "2 prompt(s)",
+        ),
+    )
+
+
+@case("checkpoints-retrained-in-place")
+def _(t: Ctx) -> Expect:
+    from kedro.io import MemoryDataset
+    from kedro.pipeline import Pipeline
+
+    from hed.checkpoints import checkpoint_fingerprint
+    from hed.preflight import check_reused_shards
+
+    model = hf_folder(t.tmp / "ckpt" / "global_step_0" / "actor_hf")
+    generation = {"num_shards": 1, "samples_per_prompt": 1, "max_new_tokens": 4}
+    meta = {
+        "run": "r",
+        "step": 0,
+        "shard": 0,
+        "num_shards": 1,
+        "samples_per_prompt": 1,
+        "checkpoint": checkpoint_fingerprint(model),
+    }
+    shard = t.tmp / "shard_0.sequences.parquet"
+    table = pa.Table.from_pylist([], schema=SEQUENCE_SCHEMA)
+    pq.write_table(
+        table.replace_schema_metadata({GENERATION_METADATA_KEY: json.dumps(meta)}), shard
+    )
+    # a step retrained in place: the same names and sizes, one weight byte differs
+    (model / "model.safetensors").write_bytes(b"\0" * 15 + b"\1")
+    name = "r.step_0.shard_0.sequences"
+    pipeline = Pipeline([Node(lambda g: g, "params:generation", name)])
+    catalog = DataCatalog(
+        {
+            name: ArrowParquetDataset(filepath=str(shard), schema="sequences"),
+            "params:generation": MemoryDataset(generation),
+        }
+    )
+    return Expect(
+        lambda: check_reused_shards(pipeline, catalog),
+        ConfigError,
+        (str(shard), "stale shard", "checkpoint weights_xxh3_128", "--only-missing-outputs"),
+        outputs=(shard,),
+    )
+
+
+@case("runner-data-root-locked")
+def _(t: Ctx) -> Expect:
+    import socket
+
+    from hed.run_lock import LOCK_NAME, RunLockedError, acquire
+
+    lock = write_text(
+        t.tmp / "data" / LOCK_NAME,
+        json.dumps(
+            {
+                "pid": os.getppid(),
+                "host": socket.gethostname(),
+                "env": "qae_repro",
+                "started": 0,
+                "command": "kedro run --env qae_repro",
+            }
+        ),
+    )
+    return Expect(
+        lambda: acquire(t.tmp / "data", "qae_repro"),
+        RunLockedError,
+        (f"pid {os.getppid()}", "kedro run --env qae_repro", str(lock), "data_root"),
+        outputs=(lock,),
+    )
+
+
+@case("runner-data-root-of-another-env")
+def _(t: Ctx) -> Expect:
+    from hed.run_lock import OWNER_NAME, claim_root
+
+    owner = write_text(t.tmp / "data" / "qae_repro" / OWNER_NAME, "qae_repro\n")
+    return Expect(
+        lambda: claim_root(t.tmp / "data" / "qae_repro", "my_study"),
+        ConfigError,
+        (
+            "belongs to environment qae_repro",
+            "data_root: data/my_study",
+            "conf/my_study/globals.yml",
+        ),
+        outputs=(owner,),
+    )
+
+
+@case("runner-unknown-pipeline")
+def _(t: Ctx) -> Expect:
+    from hed.pipeline_registry import check_requested_pipelines
+
+    return Expect(
+        lambda: check_requested_pipelines(["generaton"]),
+        ConfigError,
+        ("--pipelines generaton", "did you mean generation?", "aggregation, generation, metrics"),
+    )
+
+
+@case("runner-unknown-env")
+def _(t: Ctx) -> Expect:
+    from types import SimpleNamespace
+
+    from hed.hooks import check_env_exists
+
+    (t.tmp / "conf" / "base").mkdir(parents=True)
+    (t.tmp / "conf" / "my_study").mkdir()
+    context = SimpleNamespace(env="my_stduy", project_path=t.tmp)
+    return Expect(
+        lambda: check_env_exists(context),
+        ConfigError,
+        ("--env my_stduy", "did you mean --env my_study?", "base, my_study"),
     )
 
 

@@ -24,17 +24,27 @@ def test_hooks_leave_pipelines_without_run_context_alone(tmp_path):
 
 
 def test_the_end_of_a_run_names_the_files_written(tmp_path, caplog):
-    from kedro.io import DataCatalog
+    from kedro.io import DataCatalog, MemoryDataset
     from kedro.io.core import Version
     from kedro.pipeline import Node, Pipeline
     from kedro_datasets.pandas import CSVDataset
 
-    path = tmp_path / "figure3_high_entropy_token_probability.csv"
-    table = CSVDataset(filepath=str(path), version=Version(None, None))
-    table.save(pd.DataFrame({"word": ["wait"]}))
-    catalog = DataCatalog({"figure3_table": table})
-    pipeline = Pipeline([Node(lambda: None, None, "figure3_table", name="draw")])
+    paths = [tmp_path / "figure3_high_entropy_token_probability.csv", tmp_path / "summary.csv"]
+    tables = [CSVDataset(filepath=str(p), version=Version(None, None)) for p in paths]
+    for table in tables:
+        table.save(pd.DataFrame({"word": ["wait"]}))
+    catalog = DataCatalog(
+        {"figure3_table": tables[0], "summary_by_step": tables[1], "plan": MemoryDataset(1)}
+    )
+    pipeline = Pipeline(
+        [Node(lambda: (None, None, None), None, ["figure3_table", "summary_by_step", "plan"])]
+    )
     with caplog.at_level("INFO", logger="hed.hooks"):
         ProvenanceHooks().after_pipeline_run(run_params={}, pipeline=pipeline, catalog=catalog)
-    [version] = [p.name for p in path.iterdir()]
-    assert f"Wrote {path / version / path.name}" in caplog.text
+    current = [str(p / next(p.iterdir()).name / p.name) for p in paths]
+    (summary,) = [r.getMessage() for r in caplog.records if "Run summary" in r.getMessage()]
+    assert summary.splitlines() == [
+        "Run summary: 2 figure(s) and table(s) written; current files:",
+        f"  {current[0]}",
+        f"  {current[1]}",
+    ]

@@ -435,6 +435,11 @@ def test_project_hooks_run_in_the_node_processes(failed_cli_run):
     assert bad_marker["pid"] not in {kedro_pid, good_marker["pid"]}
 
 
+def test_node_processes_log_no_plugin_warnings(failed_cli_run):
+    _, _, _, output = failed_cli_run
+    assert "has no attribute 'datasets'" not in output  # kedro-viz's hook stays in the parent
+
+
 def test_kedro_run_names_the_failure_and_a_resume_command_that_works(failed_cli_run):
     project, _, returncode, output = failed_cli_run
     assert returncode != 0

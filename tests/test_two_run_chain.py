@@ -99,6 +99,10 @@ def write_yaml(path: Path, content: dict) -> None:
     path.write_text(yaml.safe_dump(content, sort_keys=False))
 
 
+#: Where the study writes: `data_root` of conf/qae_repro/globals.yml (one data root per env).
+DATA_ROOT = "data/qae_repro"
+
+
 def make_study(root: Path, tokenizer) -> tuple[Path, Path, dict[int, float]]:
     """Checkpoints under ``root/checkpoints`` and a project copy at ``root/project`` whose
     ``conf/qae_repro`` points at them. Returns (project, checkpoints folder, CSV pass@1)."""
@@ -219,7 +223,7 @@ def lexicon_categories(lexicon: dict[str, list[str]]) -> dict[str, str]:
 def high_entropy_records(project: Path, run: str, step: int, rho: float) -> pd.DataFrame:
     """Non-special records of the step with ``in_set``: the ⌈ρ·N⌉ largest entropies, ties by
     (prompt_index, sample_index, position), recomputed from the merged Parquet file."""
-    path = latest(project / f"data/03_primary/token_records/{run}/step_{step}.parquet")
+    path = latest(project / DATA_ROOT / f"03_primary/token_records/{run}/step_{step}.parquet")
     key = ["prompt_index", "sample_index", "position"]
     columns = [*key, "entropy", "prob", "word", "is_special", "is_high_entropy"]
     records = pq.read_table(path, columns=columns).to_pandas()
@@ -240,7 +244,7 @@ def test_figure2_counts_equal_an_independent_count_of_the_merged_records(study):
     params = parameters(project)
     rho = params["aggregation"]["top_entropy_frac"]
     categories = lexicon_categories(params["aggregation"]["lexicon"])
-    reporting = project / "data/08_reporting"
+    reporting = project / DATA_ROOT / "08_reporting"
     table = pd.read_csv(latest(reporting / FIGURE_FILES["figure2_table"]))
     assert not (reporting / "tables/figure2_single_run_diagnostic.csv").exists()
     assert list(zip(table["run"], table["step"], strict=True)) == [
@@ -275,7 +279,8 @@ def test_figure2_counts_equal_an_independent_count_of_the_merged_records(study):
                 seqs = pq.read_table(
                     latest(
                         project
-                        / f"data/03_primary/token_records/{run}/step_{row.step}.sequences.parquet"
+                        / DATA_ROOT
+                        / f"03_primary/token_records/{run}/step_{row.step}.sequences.parquet"
                     ),
                     columns=["correct"],
                 ).to_pandas()
@@ -290,7 +295,7 @@ def test_figure3_shares_equal_an_independent_computation_from_the_merged_records
     top_n = params["reporting"]["top_n_words"]
     categories = lexicon_categories(params["aggregation"]["lexicon"])
     table = pd.read_csv(
-        latest(project / "data/08_reporting" / FIGURE_FILES["figure3_table"]),
+        latest(project / DATA_ROOT / "08_reporting" / FIGURE_FILES["figure3_table"]),
         keep_default_na=False,
         na_values=[""],
     )
@@ -335,7 +340,7 @@ def _image(path: Path) -> tuple[tuple[int, int], np.ndarray]:
 def test_both_pngs_have_the_configured_pixel_size_and_show_the_bars(study):
     project, _, _ = study
     style = parameters(project)["reporting"]
-    reporting = project / "data/08_reporting"
+    reporting = project / DATA_ROOT / "08_reporting"
     n_steps = len(style["fig3"]["steps"])
     for name, size in (
         ("figure2_png", figure_size(len(RUNS), 1, style["figure2"]["panel_size"])),
@@ -353,13 +358,13 @@ def test_both_pngs_have_the_configured_pixel_size_and_show_the_bars(study):
 
 def test_reporting_replots_from_existing_records_without_the_checkpoints(study):
     project, checkpoints, _ = study
-    reporting = project / "data/08_reporting"
+    reporting = project / DATA_ROOT / "08_reporting"
     upstream = [
-        project / "data/04_feature/summary_by_step.csv",
-        project / "data/04_feature/pass1_for_figures.csv",
-        project / "data/02_intermediate/checkpoints.json",
+        project / DATA_ROOT / "04_feature/summary_by_step.csv",
+        project / DATA_ROOT / "04_feature/pass1_for_figures.csv",
+        project / DATA_ROOT / "02_intermediate/checkpoints.json",
         *(
-            project / f"data/03_primary/token_records/{run}/step_{s}.parquet"
+            project / DATA_ROOT / f"03_primary/token_records/{run}/step_{s}.parquet"
             for run in RUNS
             for s in STEPS
         ),

@@ -166,29 +166,64 @@ def validate_model_dir(model_dir: str | Path) -> None:
         )
 
 
-def checkpoint_fingerprint(model_dir: str | Path) -> dict[str, str]:
-    """Content hashes (sha256) of a checkpoint's ``config.json`` and weight index.
+#: Bytes read per call when digesting a weight file.
+_DIGEST_CHUNK = 16 << 20
 
-    The weight index is the sharded index file when there is one, else the size and
-    modification time of each weight file (hashing GBs of weights would take minutes).
+
+def _file_digest(path: Path) -> str:
+    """xxh3_128 of a file's bytes, read in 16 MiB chunks (hex, 32 digits)."""
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    buffer = bytearray(_DIGEST_CHUNK)
+    view = memoryview(buffer)
+    with path.open("rb") as file:
+        while n := file.readinto(buffer):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def checkpoint_fingerprint(model_dir: str | Path) -> dict[str, str]:
+    """Content hashes of a checkpoint: its ``config.json``, weight index and every weight byte.
+
+    RL checkpoints of one run have the same file names and sizes at every step, so a
+    fingerprint of names and sizes cannot tell a retrained step from the old one; this one
+    digests the content of every weight file (``model*.safetensors``, ``pytorch_model*.bin``):
+    a change of any weight changes ``weights_xxh3_128``. xxh3_128 (the ``xxhash`` package)
+    rather than sha256: it detects change as exactly (a 128-bit digest; nothing here is
+    adversarial) at 5.6 GB/s against sha256's 1.15 GB/s on one core of this project's
+    2-core CI machine (``bench/checkpoint_fingerprint.py``: a 16 GB checkpoint in ~3 s when
+    cached, else as fast as the disk reads). Files are digested on up to 4 threads.
 
     Returns:
-        ``{"model_dir", "config_sha256", "weights_index_sha256"}``.
+        ``{"model_dir", "config_sha256", "weights_index_sha256", "weights_xxh3_128"}``:
+        sha256 of config.json; sha256 of the sharded index file, else of the weight files'
+        names and sizes; xxh3_128 over each weight file's name, size and content digest.
+
+    Raises:
+        OSError: a file cannot be read.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     model_dir = Path(model_dir)
     config_hash = hashlib.sha256((model_dir / "config.json").read_bytes()).hexdigest()
+    files = sorted({f for p in _WEIGHT_PATTERNS for f in model_dir.glob(p)}, key=lambda f: f.name)
     index = next((model_dir / n for n in _WEIGHT_INDEXES if (model_dir / n).is_file()), None)
     if index is not None:
         weights_hash = hashlib.sha256(index.read_bytes()).hexdigest()
     else:
-        listing = sorted(
-            (f.name, f.stat().st_size) for p in _WEIGHT_PATTERNS for f in model_dir.glob(p)
-        )
+        listing = [(f.name, f.stat().st_size) for f in files]
         weights_hash = hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+    with ThreadPoolExecutor(max_workers=max(1, min(4, len(files)))) as pool:
+        digests = list(pool.map(_file_digest, files))
+    content = [(f.name, f.stat().st_size, d) for f, d in zip(files, digests, strict=True)]
+    import xxhash
+
     return {
         "model_dir": str(model_dir),
         "config_sha256": config_hash,
         "weights_index_sha256": weights_hash,
+        "weights_xxh3_128": xxhash.xxh3_128_hexdigest(json.dumps(content).encode()),
     }
 
 

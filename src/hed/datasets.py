@@ -372,7 +372,14 @@ class PromptFileDataset(AbstractDataset[None, pd.DataFrame]):
             raise InputDataError(f"prompt file {path} cannot be read: {reason}") from None
         if frame.empty:
             raise InputDataError(f"prompt file {path} has no rows: it needs one problem per row")
-        return frame.assign(source_file=str(self._filepath))
+        frame = frame.assign(source_file=str(self._filepath))
+        if suffix == ".jsonl":  # 1-based line of each row, as editors number them (blank lines
+            # are skipped by the reader, so row + 1 is not the line)
+            with path.open("rb") as file:
+                lines = [n for n, line in enumerate(file, 1) if line.strip()]
+            if len(lines) == len(frame):
+                frame = frame.assign(source_line=lines)
+        return frame
 
     def save(self, data: None) -> None:
         raise DatasetError(f"{self._filepath}: the prompt file is an input, HED never writes it")

@@ -8,6 +8,7 @@ what only the session knows (:mod:`hed.provenance`). ``settings.py`` registers b
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from kedro.config import MissingConfigException, OmegaConfigLoader
@@ -15,7 +16,8 @@ from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.framework.project import settings
 
-from hed import layout
+from hed import layout, params, run_lock
+from hed.errors import ConfigError
 from hed.pass1_sources import export_wandb_api_key
 from hed.preflight import check_parameters, check_reused_shards
 from hed.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
@@ -41,6 +43,11 @@ def _credentials(context: KedroContext) -> dict[str, Any]:
             credentials.update(loader["credentials"])
         except MissingConfigException:
             pass
+    # a new OmegaConfigLoader takes over OmegaConf's process-wide `globals` resolver: give it
+    # back to the run's loader, whose catalog reads `${globals:data_root}`
+    restore = getattr(context.config_loader, "_register_globals_resolver", None)
+    if len(loaders) > 1 and callable(restore):
+        restore()
     return credentials
 
 
@@ -59,9 +66,19 @@ class ProjectHooks:
         ``WANDB_API_KEY`` (when that variable is not already set) for the metrics pipeline's
         ``wandb`` source; no credentials file or no ``wandb`` entry is fine (W&B is optional).
         """
+        check_env_exists(context)
         # config_loader["parameters"] already holds runtime --params; `context.params` would
         # build (and cache) every pipeline to validate them, before the layout is known.
-        layout.activate(context.config_loader["parameters"])
+        parameters = context.config_loader["parameters"]
+        conf_source = context.project_path / settings.CONF_SOURCE
+        params.check_unknown_keys(
+            parameters,
+            lambda key: params.key_origin(
+                key, conf_source, context.env, context.config_loader.runtime_params
+            ),
+        )
+        layout.activate(parameters)
+        layout.activate_data_root(_data_root(context))
         export_wandb_api_key(_credentials(context))
 
     @hook_impl
@@ -71,6 +88,55 @@ class ProjectHooks:
         check_parameters(pipeline, catalog)
         if run_params.get("only_missing_outputs"):
             check_reused_shards(pipeline, catalog)
+        env = env_label(run_params.get("env"))
+        run_lock.claim_root(layout.data_root(), env)
+        run_lock.acquire(layout.data_root(), env)
+
+    @hook_impl
+    def after_pipeline_run(self) -> None:
+        """Release the data root's run lock (:mod:`hed.run_lock`)."""
+        run_lock.release(layout.data_root())
+
+    @hook_impl
+    def on_pipeline_error(self) -> None:
+        """Release the data root's run lock when the run fails or is interrupted."""
+        run_lock.release(layout.data_root())
+
+
+def env_label(env: str | None) -> str:
+    """The environment's name for the data root: ``base`` for the default (``local``)."""
+    return env if env not in (None, "", "local", "base") else "base"
+
+
+def _data_root(context: KedroContext) -> str:
+    """``globals.data_root`` of the context's environment (``data`` when unset), under the
+    project folder when relative (as Kedro resolves the catalog's relative file paths)."""
+    try:
+        root = context.config_loader["globals"].get("data_root")
+    except MissingConfigException:
+        root = None
+    return str(Path(context.project_path) / (root or layout.DEFAULT_DATA_ROOT))
+
+
+def check_env_exists(context: KedroContext) -> None:
+    """Refuse ``--env <name>`` when ``conf/<name>`` does not exist, listing the valid names.
+
+    Raises:
+        ConfigError: one line: the unknown name, the nearest valid one and every valid one.
+    """
+    import difflib
+
+    env = context.env
+    conf = context.project_path / settings.CONF_SOURCE
+    if not env or (conf / env).is_dir():
+        return
+    valid = sorted(p.name for p in conf.iterdir() if p.is_dir() and not p.name.startswith("."))
+    near = difflib.get_close_matches(env, valid, n=1, cutoff=0.5)
+    hint = f"did you mean --env {near[0]}? " if near else ""
+    raise ConfigError(
+        f"--env {env}: there is no {settings.CONF_SOURCE}/{env} folder; {hint}environments: "
+        f"{', '.join(valid)} (create conf/{env}/ for a new study)"
+    )
 
 
 #: Outputs whose file the end of a run names in the log (the figures and what they are drawn from).
@@ -113,14 +179,28 @@ class ProvenanceHooks:
 
     @hook_impl
     def after_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
-        """Log where the run's figures, figure tables and resolved config were written."""
+        """End the run with a summary: the current file of every figure and table it wrote.
+
+        Versioned outputs sit in timestamped folders (``<file>/<version>/<file>``); the summary
+        names the version each one loads now, so nothing has to be looked up.
+        """
         written = [
-            describe_dataset(catalog, name, "load").get("path")
+            info["path"]
             for name in sorted(pipeline.all_outputs())
-            if name in _ANNOUNCED
+            if is_dataset_input(name)
+            and (info := describe_dataset(catalog, name, "load")).get("path")
+            and (name in _ANNOUNCED or str(info["type"]).endswith(_TABLE_TYPES))
         ]
-        for path in filter(None, written):
-            logger.info("Wrote %s", path)
+        if written:
+            logger.info(
+                "Run summary: %d figure(s) and table(s) written; current files:\n  %s",
+                len(written),
+                "\n  ".join(written),
+            )
+
+
+#: Dataset types whose outputs the run summary lists (tables and figures).
+_TABLE_TYPES = ("CSVDataset", "MatplotlibDataset", "TextDataset")
 
 
 class ShardPartsHooks:

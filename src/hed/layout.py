@@ -25,6 +25,7 @@ from typing import Any
 
 from hed.checkpoints import discover_steps
 from hed.errors import CheckpointError, ConfigError
+from hed.params import is_integer, positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,10 @@ ROLES = ("with_clip", "without_clip", "single")
 _RUN_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 
 _active_params: dict[str, Any] | None = None
+_active_data_root: str | None = None
+
+#: The data root of the base environment (``conf/base/globals.yml``).
+DEFAULT_DATA_ROOT = "data"
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,7 @@ def _parse_steps(name: str, steps: Any, root: str, embedded: bool) -> tuple[int,
             return tuple(discover_steps(root))
         except CheckpointError as exc:
             raise ConfigError(f"runs.{name}.steps is 'all' but {exc}") from None
-    if isinstance(steps, int) and not isinstance(steps, bool):
+    if is_integer(steps):
         steps = [steps]
     if not isinstance(steps, list | tuple) or not steps:
         raise ConfigError(
@@ -93,7 +98,7 @@ def _parse_steps(name: str, steps: Any, root: str, embedded: bool) -> tuple[int,
         )
     parsed = []
     for step in steps:
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        if not is_integer(step) or step < 0:
             raise ConfigError(f"runs.{name}.steps: {step!r} is not a non-negative integer step")
         parsed.append(step)
     if len(set(parsed)) != len(parsed):
@@ -143,9 +148,7 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
             "parameter `generation` must be a mapping (parameters_generation.yml), "
             f"got {generation!r}"
         )
-    num_shards = generation.get("num_shards", 1)
-    if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
-        raise ConfigError(f"generation.num_shards must be a positive integer, got {num_shards!r}")
+    num_shards = positive_int(generation.get("num_shards", 1), "generation.num_shards")
     return StudyLayout(runs=tuple(runs), num_shards=num_shards)
 
 
@@ -153,6 +156,36 @@ def activate(params: dict[str, Any]) -> None:
     """Make ``params`` the source of :func:`active_layout` (called by the project hook)."""
     global _active_params  # noqa: PLW0603 - the one hand-off point from the session to the registry
     _active_params = params
+
+
+def activate_data_root(root: str | None) -> None:
+    """Make ``root`` (``globals.data_root`` of the session's environment) :func:`data_root`."""
+    global _active_data_root  # noqa: PLW0603 - set once per session by the project hook
+    _active_data_root = root
+
+
+def data_root() -> str:
+    """The folder every dataset of the active environment lies under.
+
+    ``data_root`` of ``conf/<env>/globals.yml`` (over ``conf/base/globals.yml``): the session's
+    when one is active, else that of ``conf/`` for ``KEDRO_ENV``; ``data`` when none is set.
+    Paths HED builds itself (the W&B export folder, mini_rl's defaults) start here.
+    """
+    if _active_data_root is not None:
+        return _active_data_root
+    import yaml
+
+    # the globals files themselves, not an OmegaConfigLoader: creating one re-registers
+    # OmegaConf's process-wide `globals` resolver and would break the session's own loader
+    conf = Path(os.environ.get("HED_CONF_SOURCE", "conf"))
+    root = DEFAULT_DATA_ROOT
+    for env in ("base", os.environ.get("KEDRO_ENV") or "local"):
+        path = conf / env / "globals.yml"
+        try:
+            root = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("data_root", root)
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+    return str(root)
 
 
 def active_layout() -> StudyLayout:

@@ -58,7 +58,15 @@ DEFAULT_STEP_KEY = "training/global_step"
 WANDB_STEP = "_step"
 GENERATED_COLUMN = "pass1_generated"
 GENERATED_METRIC = "mean(correct)"
-EXPORT_DIR = "data/01_raw/metrics"
+EXPORT_DIR = "01_raw/metrics"
+
+
+def export_dir() -> str:
+    """Where ``<run>.metrics_export`` lies: ``<data_root>/01_raw/metrics`` of the active
+    environment (:func:`hed.layout.data_root`)."""
+    from hed.layout import data_root
+
+    return f"{data_root()}/{EXPORT_DIR}"
 
 HISTORY_COLUMNS = ["step", "pass1", "wandb_step", "metric_key", "step_key"]
 _HISTORY_DTYPES = {"step": "int64", "pass1": "float64", "wandb_step": "Int64"}
@@ -208,7 +216,7 @@ def parse_run_config(metrics_params: Mapping[str, Any] | None, run: str) -> RunP
     if sum(spec.name in WANDB_SOURCES for spec in specs) > 1:
         raise ConfigError(
             f"metrics.runs.{run}.sources lists both wandb and wandb_offline: keep one "
-            f"(both read the same history and export to {EXPORT_DIR}/{run}.csv)"
+            f"(both read the same history and export to {export_dir()}/{run}.csv)"
         )
     figure_source = cfg.get("figure_source")
     names = [spec.name for spec in specs]

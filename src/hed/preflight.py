@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
-from hed import layout
-from hed.errors import ConfigError
+from hed import layout, params
+from hed.checkpoints import checkpoint_fingerprint
+from hed.errors import CheckpointError, ConfigError
 from hed.shard_metadata import (
     GENERATION_METADATA_KEY,
     StaleField,
-    stale_reused_shard,
+    stale_field,
 )
 
 #: Dataset names of shard files (docs/datasets.md): ``<run>.step_<step>.shard_<k>.sequences``.
@@ -32,7 +34,9 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
     of ``generation.temperature`` such a run would finish at once and keep the old records.
     Each shard's ``sequences`` file records its generation parameters (``hed.generation``);
     they are compared here with the current ``params:generation`` and ``params:prompts``
-    (sampling parameters, dtype, prompt rendering) before anything runs.
+    (sampling parameters, dtype, prompt rendering) and with the checkpoint's content
+    fingerprint as it is now (:func:`hed.checkpoints.checkpoint_fingerprint`: a step retrained
+    at the same path), before anything runs.
 
     Args:
         pipeline: the pipeline about to run.
@@ -52,6 +56,7 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
     generation = catalog.load("params:generation") or {}
     prompt_params = catalog.load("params:prompts") if "params:prompts" in catalog else None
     checked = 0
+    fingerprints: dict[str, dict[str, str] | None] = {}
     for name in names:
         dataset = catalog.get(name)
         if dataset is None or not dataset.exists():
@@ -64,7 +69,13 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
             recorded = json.loads(raw) if raw else None
         except ValueError:
             recorded = None
-        stale = recorded and stale_reused_shard(recorded, generation, prompt_params)
+        stale = recorded and stale_field(
+            recorded,
+            generation=generation,
+            prompt_params=prompt_params,
+            checkpoint=_current_checkpoint(recorded, fingerprints),
+            prompt_ids=None,
+        )
         shards = recorded and recorded.get("num_shards")
         if not stale and shards and shards != generation.get("num_shards", shards):
             stale = StaleField(
@@ -84,6 +95,26 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
     return checked
 
 
+def _current_checkpoint(
+    recorded: dict[str, Any], fingerprints: dict[str, dict[str, str] | None]
+) -> dict[str, str] | None:
+    """The content fingerprint of the checkpoint a shard was generated from, as it is now.
+
+    ``--only-missing-outputs`` also skips ``resolve_checkpoints`` (its ``checkpoints`` file
+    exists), so a checkpoint retrained in place would go unnoticed: the folder recorded in the
+    shard is fingerprinted again here (once per folder). ``None`` when it is gone.
+    """
+    model_dir = (recorded.get("checkpoint") or {}).get("model_dir")
+    if not model_dir:
+        return None
+    if model_dir not in fingerprints:
+        try:
+            fingerprints[model_dir] = checkpoint_fingerprint(model_dir)
+        except (CheckpointError, OSError):
+            fingerprints[model_dir] = None
+    return fingerprints[model_dir]
+
+
 def _versions_folder(path: str) -> str:
     """The folder of all versions of a file: ``<file>/<version>/<file>`` → ``<file>``."""
     file = PurePosixPath(path)
@@ -95,10 +126,12 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
 
     Nodes check their own parameters, but a bad ``aggregation.top_entropy_frac`` or
     ``reporting.top_n_words`` would otherwise surface only after hours of generation. Checked
-    here, for the sections the pipeline reads: ``runs`` (names, roles, steps:
-    :func:`hed.layout.layout_from_params`), ``generation`` (sampling parameters, dtype),
-    ``aggregation`` (``top_entropy_frac``, the lexicon) and ``reporting`` (section shape,
-    ``top_n_words``, ``fig3.steps``). The checks are the nodes' own functions.
+    here, for the sections the pipeline reads, with the rules of :mod:`hed.params`: ``runs``
+    (names, roles, steps: :func:`hed.layout.layout_from_params`), ``generation`` (sampling
+    parameters, dtype), ``aggregation`` (``top_entropy_frac``, the lexicon), ``reporting``
+    (section shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``,
+    the completeness rules that need no data (:func:`check_strict_completeness`). Unknown
+    keys are refused earlier, when the session starts (:func:`hed.params.check_unknown_keys`).
 
     Args:
         pipeline: the pipeline about to run.
@@ -111,37 +144,75 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
         ConfigError: the first invalid value, in the nodes' own one-line wording.
     """
     datasets = pipeline.datasets()
+
+    def load(name: str) -> Any:
+        return catalog.load(f"params:{name}") if f"params:{name}" in catalog else None
+
     checked = []
     if "params:runs" in datasets:
-        generation = catalog.load("params:generation") if "params:generation" in catalog else {}
-        layout.layout_from_params(
-            {"runs": catalog.load("params:runs"), "generation": generation or {}}
-        )
+        layout.layout_from_params({"runs": load("runs"), "generation": load("generation") or {}})
         checked.append("runs")
     if "params:generation" in datasets:
-        from hed.compute_dtype import dtype_name
-        from hed.sections import sampling_params_from
-
-        generation = catalog.load("params:generation") or {}
-        if not isinstance(generation, dict):
-            raise ConfigError(f"parameter `generation` must be a mapping, got {generation!r}")
-        sampling_params_from(generation)
-        dtype_name(generation.get("dtype"), "cpu")  # the name only: no checkpoint read yet
+        params.generation_params(load("generation"))
         checked.append("generation")
     if "params:aggregation" in datasets:
-        from hed.lexicon import parse_lexicon
-        from hed.sections import parameter_section
-        from hed.thresholds import validate_top_entropy_frac
-
-        aggregation = parameter_section(catalog.load("params:aggregation"), "aggregation")
-        validate_top_entropy_frac(aggregation.get("top_entropy_frac", 0.2))
-        parse_lexicon(aggregation.get("lexicon"))
+        params.aggregation_params(load("aggregation"))
         checked.append("aggregation")
     if "params:reporting" in datasets:
-        from hed.sections import fig3_steps_param, reporting_section, top_n_words_param
-
-        reporting = reporting_section(catalog.load("params:reporting"))
-        top_n_words_param(reporting)
-        fig3_steps_param(reporting)
+        reporting = params.reporting_params(load("reporting"))
+        if reporting.strict:
+            check_strict_completeness(reporting, load("runs") or {}, load("metrics"))
         checked.append("reporting")
     return checked
+
+
+def check_strict_completeness(
+    reporting: params.ReportingParams, runs: Mapping[str, Any], metrics: Any
+) -> None:
+    """With ``reporting.strict: true``, refuse a study whose figures cannot be complete.
+
+    The rules that need no data, checked before generation instead of after it (the
+    reporting node checks the data-dependent rest): a ``with_clip`` and a ``without_clip``
+    run (Figure 2's pair); ``reporting.fig3.steps`` set and every one of them among the
+    ``steps`` of every run; a pass@1 source (``metrics.runs.<run>.sources``) for every run.
+    A run with ``steps: all`` is taken to have every step (they are known only on disk).
+
+    Args:
+        reporting: the checked ``params:reporting``.
+        runs: ``params:runs``.
+        metrics: ``params:metrics``.
+
+    Raises:
+        ConfigError: one line listing every gap, numbered, and the way out.
+    """
+    gaps = []
+    roles = {str((cfg or {}).get("role", "single")) for cfg in runs.values()}
+    if not {"with_clip", "without_clip"} <= roles:
+        have = ", ".join(
+            f"{name} ({(cfg or {}).get('role', 'single')})" for name, cfg in runs.items()
+        )
+        gaps.append(f"runs needs a with_clip and a without_clip run, has {have or 'none'}")
+    if reporting.fig3_steps is None:
+        gaps.append("reporting.fig3.steps is not set (the paper used [20, 80, 200])")
+    else:
+        for name, cfg in runs.items():
+            steps = (cfg or {}).get("steps", "all")
+            if steps == "all":
+                continue
+            missing = sorted(
+                set(reporting.fig3_steps) - set(params.step_list(steps, f"runs.{name}.steps") or [])
+            )
+            if missing:
+                gaps.append(f"reporting.fig3.steps {missing} are not in runs.{name}.steps")
+    metric_runs = (
+        (params.section(metrics, "metrics").get("runs") or {}) if metrics is not None else {}
+    )
+    for name in runs:
+        if not ((metric_runs.get(name) or {}).get("sources") or {}):
+            gaps.append(f"metrics.runs.{name}.sources is empty: no pass@1 for run {name}")
+    if gaps:
+        raise ConfigError(
+            "reporting.strict is true but the figures cannot be complete: "
+            + "; ".join(f"({i}) {gap}" for i, gap in enumerate(gaps, 1))
+            + "; fix these before generating, or set reporting.strict: false to draw what exists"
+        )

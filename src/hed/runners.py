@@ -64,11 +64,13 @@ from kedro.runner.task import Task
 from hed.errors import (
     TRACEBACK_VARIABLE,
     ConfigError,
+    HEDError,
     NodeFailuresError,
     hed_error_in,
     one_line,
     short_message,
 )
+from hed.params import is_integer
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -123,6 +125,14 @@ class FailedNodesError(NodeFailuresError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.failures, self.skipped, self.resume_command)
+
+
+class RunInterruptedError(HEDError, KeyboardInterrupt):
+    """The run was interrupted (Ctrl-C); the message names the command that resumes it.
+
+    A ``KeyboardInterrupt`` still (the exit status stays an interruption's), and a HED error,
+    so the command line shows its one line, not a traceback.
+    """
 
 
 def dispatch_key(node_name: str) -> tuple[str | int, ...]:
@@ -280,7 +290,7 @@ def resolve_slots(gpus: GpuSpec = None, cpu_workers: int = 1) -> list[Slot]:
                 gpus if isinstance(gpus, str) else ":".join(map(str, gpus)),
             )
         return [Slot(f"GPU {i}", i) for i in ids]
-    if isinstance(cpu_workers, bool) or not isinstance(cpu_workers, int) or cpu_workers < 1:
+    if not is_integer(cpu_workers) or cpu_workers < 1:
         raise ConfigError(f"GPURunner: cpu_workers={cpu_workers!r} must be a whole number ≥ 1")
     return [Slot(f"CPU worker {k}", "") for k in range(cpu_workers)]
 
@@ -347,7 +357,7 @@ class GPURunner(ParallelRunner):
         self._manager = ParallelRunnerManager()
         self._manager.start(_exit_with_parent)
         self._slots = resolve_slots(gpus, cpu_workers)
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        if not is_integer(threads) or threads < 1:
             raise ConfigError(f"GPURunner: threads={threads!r} must be a whole number ≥ 1")
         self._threads = threads
         self._max_workers = len(self._slots)
@@ -381,10 +391,26 @@ class GPURunner(ParallelRunner):
             FailedNodesError: one or more nodes failed (the others ran).
         """
         self._dependencies = pipeline.node_dependencies
-        with _sigterm_as_exit():
-            # AbstractRunner's, not ParallelRunner's: that one drops hook_manager, which the
-            # nodes run in this process need.
-            AbstractRunner._run(self, pipeline, catalog, hook_manager, run_id)
+        try:
+            with _sigterm_as_exit():
+                # AbstractRunner's, not ParallelRunner's: that one drops hook_manager, which the
+                # nodes run in this process need.
+                AbstractRunner._run(self, pipeline, catalog, hook_manager, run_id)
+        except KeyboardInterrupt:
+            executor = self._executor
+            settled = set() if executor is None else executor.completed()
+            unfinished = [n for n in pipeline.nodes if n.name not in settled]
+            # the first unfinished nodes: --from-nodes runs them and everything after them
+            first = [
+                n.name
+                for n in unfinished
+                if not any(d.name not in settled for d in self._dependencies.get(n, ()))
+            ]
+            raise RunInterruptedError(
+                f"interrupted (Ctrl-C): {len(pipeline.nodes) - len(unfinished)} of "
+                f"{len(pipeline.nodes)} node(s) completed and kept their outputs; resume with: "
+                f"{self.resume_command(first)}"
+            ) from None
         executor = self._executor
         if executor is not None and executor.failures:
             raise FailedNodesError(
@@ -516,6 +542,11 @@ class _NodeExecutor(Executor):
         self.shutdown(wait=True)
         return False
 
+    def completed(self) -> set[str]:
+        """Names of the nodes that ran to the end without failing."""
+        with self._cond:
+            return {n.name for n in self._settled if n not in self._broken}
+
     def stop(self) -> None:
         """Drop queued nodes and stop every running child's process group (SIGTERM, SIGKILL)."""
         with self._cond:
@@ -630,11 +661,17 @@ class _NodeExecutor(Executor):
         receiver.close()
         if status == "ok" and process.exitcode == 0:
             elapsed = time.perf_counter() - started
+            where = slot.label
+            if reason == "cpu" and slot.cuda_visible_devices:  # a GPU slot without CUDA
+                where = f"CPU ({slot.label} named, no CUDA device)"
             self._logger.info(
-                "Node %s done on %s (pid %d) in %.1f s", node.name, slot.label, pid, elapsed
+                "Node %s done on %s (pid %d) in %.1f s", node.name, where, pid, elapsed
             )
             return None
         reason = reason or _describe_exit(process.exitcode)
+        if self._stopped:  # stopped by Ctrl-C / SIGTERM, not a failure of the node
+            self._logger.warning("Node %s interrupted on %s (pid %d)", node.name, slot.label, pid)
+            return f"interrupted ({reason})"
         self._logger.error(
             "Node %s failed on %s (pid %d): %s%s",
             node.name,
@@ -669,7 +706,13 @@ def _child_main(
     except BaseException as exc:  # reported to the parent, whatever it is
         result.send(("error", _one_line(exc), _traceback_to_log(exc)))
         sys.exit(1)
-    result.send(("ok", "", ""))
+    result.send(("ok", _device_used(), ""))
+
+
+def _device_used() -> str:
+    """``cuda`` if the node's process used torch with a CUDA device, else ``cpu``."""
+    torch = sys.modules.get("torch")
+    return "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
 
 
 def _project_hook_manager() -> PluginManager:
@@ -677,7 +720,10 @@ def _project_hook_manager() -> PluginManager:
     settings = kedro_project.settings
     hook_manager = _create_hook_manager()
     _register_hooks(hook_manager, settings.HOOKS)
-    _register_hooks_entry_points(hook_manager, settings.DISABLE_HOOKS_FOR_PLUGINS)
+    # without kedro-viz's: its DatasetStatsHook has no catalog in a child (it warns "no
+    # attribute 'datasets'" at every save) and the parent's hooks already track the run
+    disabled = (*settings.DISABLE_HOOKS_FOR_PLUGINS, "kedro-viz")
+    _register_hooks_entry_points(hook_manager, disabled)
     return hook_manager
 
 

@@ -23,6 +23,9 @@ warnings.filterwarnings("ignore", message=r"Namespace '.*' is interrupted by nod
 warnings.filterwarnings("ignore", message="One or more dataset names contain '.'")
 # Kedro 1.7's own config loader calls OmegaConf's deprecated register_new_resolver: not ours
 warnings.filterwarnings("ignore", message=r"register_new_resolver\(\) is deprecated")
+# The per-(run, step, shard) nodes are functools.partial objects with their function's name
+# (update_wrapper); Kedro warns about partials again in every GPURunner child that unpickles one
+warnings.filterwarnings("ignore", message=r"The node producing outputs .* 'partial' function")
 
 HOOKS = (ProjectHooks(), ProvenanceHooks(), ShardPartsHooks())
 

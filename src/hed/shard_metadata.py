@@ -61,7 +61,7 @@ NOT_COMPARED = ("batch_size", "torch_threads", "log_every_s", "device", "hed_ver
 #: Prompt rendering settings (``params:prompts``) compared.
 CHAT_TEMPLATE_KEYS = ("apply_chat_template", "enable_thinking", "system_prompt")
 
-_CHECKPOINT_HASHES = ("config_sha256", "weights_index_sha256")
+_CHECKPOINT_HASHES = ("config_sha256", "weights_index_sha256", "weights_xxh3_128")
 
 
 class StaleField(NamedTuple):

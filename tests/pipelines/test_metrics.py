@@ -230,6 +230,7 @@ class _Context:
         self.env = env
         self.project_path = project_path
         self._credentials = credentials
+        self.runtime_params = {}
 
     @property
     def config_loader(self):
@@ -238,6 +239,8 @@ class _Context:
     def __getitem__(self, key):
         if key == "parameters":
             return self.params
+        if key == "globals":
+            return {}
         assert key == "credentials"
         if self._credentials is None:
             raise MissingConfigException("no credentials")
@@ -246,6 +249,7 @@ class _Context:
 
 def test_hook_exports_the_credentials_key(monkeypatch, tmp_path):
     monkeypatch.setattr(layout, "_active_params", layout._active_params)  # restored afterwards
+    monkeypatch.setattr(layout, "_active_data_root", layout._active_data_root)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     ProjectHooks().after_context_created(_Context(None, project_path=tmp_path))  # none: fine
     assert "WANDB_API_KEY" not in os.environ
@@ -255,8 +259,10 @@ def test_hook_exports_the_credentials_key(monkeypatch, tmp_path):
 
 def test_hook_reads_conf_local_credentials_for_another_env(monkeypatch, tmp_path):
     monkeypatch.setattr(layout, "_active_params", layout._active_params)
+    monkeypatch.setattr(layout, "_active_data_root", layout._active_data_root)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     (tmp_path / "conf" / "local").mkdir(parents=True)
+    (tmp_path / "conf" / "qae_repro").mkdir()
     (tmp_path / "conf" / "local" / "credentials.yml").write_text("wandb:\n  api_key: from-local\n")
 
     ProjectHooks().after_context_created(_Context(None, env="qae_repro", project_path=tmp_path))

@@ -236,7 +236,15 @@ def test_task_set_files_load_as_prompt_files(trained):
     frame = TaskSetDataset(filepath=str(tmp_path / "prompts" / "validation.jsonl")).load()
     train = TaskSetDataset(filepath=str(tmp_path / "mini_rl" / "train.jsonl")).load()
 
-    assert list(frame.columns) == ["problem_index", "problem", "answer", "kind", "source_file"]
+    assert list(frame.columns) == [
+        "problem_index",
+        "problem",
+        "answer",
+        "kind",
+        "source_file",
+        "source_line",  # 1-based line numbers, for messages
+    ]
+    assert frame["source_line"].tolist() == [1, 2, 3, 4]
     assert len(frame) == 4 and len(train) == 8
     assert not set(frame["problem"]) & set(train["problem"])
     assert pd.api.types.is_string_dtype(frame["answer"]) or frame["answer"].map(type).eq(str).all()

@@ -258,7 +258,8 @@ def checkpoints_for(runs=RUNS) -> dict:
 
 def reporting_catalog_config(root: Path) -> dict:
     """The reporting section of conf/base/catalog.yml with every path moved under ``root``."""
-    conf = yaml.safe_load((REPO / "conf" / "base" / "catalog.yml").read_text())
+    text = (REPO / "conf" / "base" / "catalog.yml").read_text()
+    conf = yaml.safe_load(text.replace("${globals:data_root}", "data"))  # base's data root
     entries = {name: copy.deepcopy(conf[name]) for name in REPORTING_ENTRIES}
     for entry in entries.values():
         entry["filepath"] = str(root / entry["filepath"])

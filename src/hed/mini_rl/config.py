@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from hed.errors import ConfigError
+from hed.layout import data_root
 from hed.mini_rl.reward import grader
+from hed.params import positive_int
 
 #: Bumped when the layout of what a training run writes changes (forces a retrain).
 FORMAT_VERSION = 1
@@ -157,8 +159,7 @@ def checkpoint_schedule(max_steps: int, save_every: int) -> tuple[int, ...]:
         ConfigError: ``max_steps`` or ``save_every`` is not a positive integer.
     """
     for name, value in (("max_steps", max_steps), ("save_every", save_every)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"mini_rl.training.{name} must be a positive integer, got {value!r}")
+        positive_int(value, f"mini_rl.training.{name}")
     return tuple(sorted({*range(0, max_steps + 1, save_every), max_steps}))
 
 
@@ -210,12 +211,7 @@ def training_specs(
     prompt = {key: (prompt_params or {}).get(key) for key in PROMPT_KEYS}
     known = _grpo_fields() if check_trainer_args else None
     threads = mini_rl.get("torch_threads")
-    if threads is not None and (
-        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
-    ):
-        raise ConfigError(
-            f"mini_rl.torch_threads must be a positive integer or null, got {threads!r}"
-        )
+    positive_int(threads, "mini_rl.torch_threads", allow_none=True)
 
     reward = str(mini_rl.get("reward") or "integer_match")
     grader(reward)  # an unknown name fails here, before any training
@@ -258,7 +254,7 @@ def training_specs(
             TrainingSpec(
                 run=str(name),
                 checkpoint_root=str(runs[name]["checkpoint_root"]),
-                wandb_dir=str(Path(wandb_cfg.get("dir", "data/01_raw/wandb")) / str(name)),
+                wandb_dir=str(Path(wandb_cfg.get("dir") or f"{data_root()}/01_raw/wandb") / name),
                 wandb_project=str(wandb_cfg.get("project", "hed-mini-rl")),
                 base_model_dir=str(base["model_dir"]),
                 embedded=bool(base.get("embedded", False)),

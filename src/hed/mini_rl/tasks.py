@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from hed.errors import ConfigError
+from hed.params import positive_int
 
 KINDS = ("add", "sub", "mul", "word")
 
@@ -138,8 +139,7 @@ def make_task_sets(
         ConfigError: a size below 1, no kinds or an unknown kind.
     """
     for name, value in (("num_train", num_train), ("num_validation", num_validation)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"mini_rl.task.{name} must be a positive integer, got {value!r}")
+        positive_int(value, f"mini_rl.task.{name}")
     if not kinds:
         raise ConfigError(f"mini_rl.task.kinds is empty; use some of {', '.join(KINDS)}")
     unknown = [k for k in kinds if k not in KINDS]

@@ -16,9 +16,18 @@ from hed.embedded import ensure_embedded_checkpoint
 from hed.errors import ConfigError, InputDataError
 from hed.grading import grade_response, normalise_reference, reference_parses
 from hed.layout import layout_from_params
-from hed.prompts import PROMPT_COLUMNS, pick_prompt_column, prompt_id, render_prompt, sample_rows
+from hed.params import integer, sampling_params
+from hed.prompts import (
+    PROMPT_COLUMNS,
+    check_context_length,
+    line_of,
+    pick_prompt_column,
+    prompt_id,
+    render_prompt,
+    sample_rows,
+    unique_prompt_rows,
+)
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
-from hed.sections import sampling_params_from
 from hed.shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
 
 logger = logging.getLogger(__name__)
@@ -51,18 +60,22 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
             f"prompts.prompt_columns must be a list of column names (e.g. [problem, question]), "
             f"got {columns!r}"
         )
-    seed = params.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError(f"prompts.seed must be an integer, got {seed!r}")
+    seed = integer(params.get("seed", 0), "prompts.seed")
     column = pick_prompt_column(raw_prompts, list(columns), source)
-    rows = sample_rows(len(raw_prompts), params.get("num_prompts"), seed, source)
+    suffix = params.get("instruction_suffix") or ""
+    all_texts = raw_prompts[column].astype("string")
+    ids = [None if pd.isna(t) or not str(t).strip() else prompt_id(str(t) + suffix)
+           for t in all_texts]  # fmt: skip
+    kept = unique_prompt_rows(ids, params.get("duplicates", "drop"), source, raw_prompts)
+    rows = kept[sample_rows(len(kept), params.get("num_prompts"), seed, source)]
     chosen = raw_prompts.iloc[rows]
     texts = chosen[column].astype("string")
     empty = texts.isna() | (texts.str.strip() == "")
     if empty.any():
         first = int(rows[np.argmax(empty.to_numpy())])
-        raise InputDataError(f"prompt file {source}: column {column!r} is empty in row {first}")
-    suffix = params.get("instruction_suffix") or ""
+        raise InputDataError(
+            f"prompt file {source}: column {column!r} is empty on {line_of(raw_prompts, first)}"
+        )
     prompts = [str(text) + suffix for text in texts]
     answer_column = params.get("answer_column")
     if answer_column and answer_column in chosen.columns:
@@ -240,6 +253,15 @@ def generate_shard(
         )
         for row in mine.itertuples()
     ]
+    check_context_length(
+        {
+            p.prompt_index: len(tokenizer(p.text, add_special_tokens=False)["input_ids"])
+            for p in inputs
+        },
+        sampling.max_new_tokens,
+        getattr(model.config, "max_position_embeddings", None),
+        entry["model_dir"],
+    )
     special_ids = np.array(sorted(set(tokenizer.all_special_ids) | set(eos_ids)), dtype=np.int32)
     progress: ShardProgress | None = None
 
@@ -274,6 +296,17 @@ def generate_shard(
 def dtype_name_of(dtype: Any) -> str:
     """``torch.bfloat16`` → ``"bfloat16"``."""
     return str(dtype).removeprefix("torch.")
+
+
+def sampling_params_from(params: dict[str, Any]):
+    """Build :class:`hed.recording.SamplingParams` from ``params:generation``, validated
+    (:func:`hed.params.sampling_params`).
+
+    Raises:
+        ConfigError: a missing or out-of-range value (temperature ≤ 0, top_p outside (0, 1],
+            top_k < 1, max_new_tokens, batch_size, top_prob_k or samples_per_prompt < 1).
+    """
+    return sampling_params(params)
 
 
 def records_table(

@@ -1,0 +1,154 @@
+"""One ``kedro run`` per data root at a time, and one environment per data root.
+
+Every dataset of an environment lies under its data root (``data_root`` in
+``conf/<env>/globals.yml``; ``data`` for the base demo). Two runs writing the same root at once
+would read each other's newest versions (a shard written by the other run looks "stale"), and
+two environments sharing a root would overwrite each other's latest figures. So:
+
+* :func:`acquire` writes ``<data_root>/.hed_run.lock`` (pid, host, environment, start time,
+  command) with ``O_CREAT | O_EXCL`` before the first node runs; a second run finds it and
+  stops with one line naming the first. A lock whose process no longer exists on this host is
+  stale: it is replaced, with a warning. :func:`release` removes it when the run ends (also on
+  failure, and at interpreter exit).
+* :func:`claim_root` records the environment in ``<data_root>/.hed_environment`` on first use;
+  a run of another environment with the same root is refused (a copied study folder that kept
+  the original's ``data_root``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import shlex
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hed.errors import ConfigError, HEDError
+
+logger = logging.getLogger(__name__)
+
+LOCK_NAME = ".hed_run.lock"
+OWNER_NAME = ".hed_environment"
+
+
+class RunLockedError(HEDError, RuntimeError):
+    """Another run holds the data root's lock."""
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder.get("started", 0)))
+    return (
+        f"pid {holder.get('pid')} on {holder.get('host')}, environment "
+        f"{holder.get('env')}, started {started}: {holder.get('command', '?')}"
+    )
+
+
+def acquire(data_root: str | Path, env: str) -> Path:
+    """Take the lock of ``data_root`` for this process.
+
+    Args:
+        data_root: the environment's data root.
+        env: the environment's label (``base``, ``qae_repro``), recorded in the lock.
+
+    Returns:
+        The lock file's path.
+
+    Raises:
+        RunLockedError: a live run (this host) or a run on another host holds the lock; the
+            message names it, and the file to delete if that run is gone.
+    """
+    root = Path(data_root)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / LOCK_NAME
+    me = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "env": env,
+        "started": time.time(),
+        "command": shlex.join(["kedro", *sys.argv[1:]]) if sys.argv else "kedro run",
+    }
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _read(path)
+            if holder is None or (
+                holder.get("host") == me["host"]
+                and (holder.get("pid") == me["pid"] or not _alive(int(holder.get("pid", 0))))
+            ):
+                if holder is not None and holder.get("pid") != me["pid"]:
+                    logger.warning("Removing the stale run lock %s (%s)", path, _describe(holder))
+                path.unlink(missing_ok=True)
+                continue
+            raise RunLockedError(
+                f"{root} is in use by another run ({_describe(holder)}): wait for it to end or "
+                f"give this environment its own data_root (conf/<env>/globals.yml); if that "
+                f"run is gone, delete {path}"
+            ) from None
+        with os.fdopen(fd, "w") as file:
+            json.dump(me, file)
+        atexit.register(release, root)
+        return path
+    raise RunLockedError(f"{path}: cannot take the run lock (it keeps reappearing); delete it")
+
+
+def release(data_root: str | Path) -> None:
+    """Remove ``data_root``'s lock if this process holds it (else leave it)."""
+    path = Path(data_root) / LOCK_NAME
+    holder = _read(path)
+    if holder is not None and holder.get("pid") == os.getpid():
+        path.unlink(missing_ok=True)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """The lock's content; ``None`` when it is gone or unreadable (a half-written lock)."""
+    try:
+        holder = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) else None
+
+
+def claim_root(data_root: str | Path, env: str) -> None:
+    """Record ``env`` as the owner of ``data_root``, or refuse a root another one owns.
+
+    Args:
+        data_root: the environment's data root.
+        env: its label (``base`` for the default environment).
+
+    Raises:
+        ConfigError: ``<data_root>`` was written by environment ``<other>``; names the
+            ``globals.yml`` to edit.
+    """
+    root = Path(data_root)
+    owner_file = root / OWNER_NAME
+    try:
+        owner = owner_file.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        root.mkdir(parents=True, exist_ok=True)
+        owner_file.write_text(env + "\n", encoding="utf-8")
+        return
+    if owner and owner != env:
+        raise ConfigError(
+            f"data root {root} belongs to environment {owner} ({owner_file}) but this run is "
+            f"environment {env}: set `data_root: data/{env}` in conf/{env}/globals.yml so the "
+            f"two do not read and overwrite each other's data"
+        )

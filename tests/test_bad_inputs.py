@@ -50,6 +50,7 @@ from hed.layout import layout_from_params
 from hed.lexicon import parse_lexicon
 from hed.mini_rl.config import training_specs
 from hed.mini_rl.manifest import clear_run_outputs
+from hed.params import sampling_params as sampling_params_from
 from hed.pass1_sources import parse_run_config
 from hed.pipelines.aggregation.nodes import (
     check_sequences,
@@ -70,7 +71,6 @@ from hed.pipelines.reporting.nodes import plan_figures
 from hed.recording import load_model_and_tokenizer, resolve_dtype
 from hed.runners import resolve_slots
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
-from hed.sections import sampling_params_from
 from hed.shard_metadata import GENERATION_METADATA_KEY
 
 REPO = Path(__file__).resolve().parents[1]

@@ -53,6 +53,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from hed.errors import ConfigError, InputDataError
+from hed.params import positive_int
 from hed.record_batches import record_batches
 from hed.response_index import ResponseIndex
 
@@ -127,8 +128,7 @@ class CovarianceSettings:
                 f"got {band!r}"
             )
         batch = dynamics.get("batch_records", BATCH_RECORDS)
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ConfigError(f"dynamics.batch_records must be a positive integer, got {batch!r}")
+        positive_int(batch, "dynamics.batch_records")
         return cls(float(ratio), (float(band[0]), float(band[1])), batch)
 
 

@@ -548,6 +548,49 @@ def reporting_params(value: Any) -> ReportingParams:
     )
 
 
+def fig2_measure_param(reporting: Mapping[str, Any]) -> str:
+    """``reporting.fig2_measure`` (default ``count``): what Figure 2's bars measure.
+
+    ``count`` (the paper's: anthropomorphic high-entropy tokens), ``per_1k_high_entropy``
+    (per 1000 high-entropy tokens) or ``per_1k_tokens`` (per 1000 tokens of the step);
+    see :func:`hed.figures.figure2_values`.
+
+    Raises:
+        ConfigError: another value.
+    """
+    from hed.figures import FIGURE2_MEASURES  # matplotlib: only when a reporting run asks
+
+    measure = reporting.get("fig2_measure", "count")
+    if not isinstance(measure, str) or measure not in FIGURE2_MEASURES:
+        raise ConfigError(
+            f"reporting.fig2_measure must be one of {', '.join(FIGURE2_MEASURES)}, got {measure!r}"
+        )
+    return str(measure)
+
+
+def shard_config(generation: Any) -> tuple[int, int]:
+    """``(generation.num_shards, generation.samples_per_prompt)``, both positive integers.
+
+    Raises:
+        ConfigError: either is missing, not an integer (a bool is not one) or below 1.
+    """
+    generation = section(generation, "generation")
+    return (
+        positive_int(generation.get("num_shards"), "generation.num_shards"),
+        positive_int(generation.get("samples_per_prompt"), "generation.samples_per_prompt"),
+    )
+
+
+def chunk_records_param(aggregation: Any, default: int) -> int:
+    """``aggregation.chunk_records`` (records per merged chunk; ``default`` when unset).
+
+    Raises:
+        ConfigError: not a positive integer.
+    """
+    value = section(aggregation, "aggregation").get("chunk_records", default)
+    return positive_int(value, "aggregation.chunk_records")
+
+
 def names(values: Iterable[str]) -> str:
     """``a, b, c`` for messages."""
     return ", ".join(sorted(values))

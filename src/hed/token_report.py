@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from hed.errors import ConfigError
+from hed.params import non_negative_int, positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -126,22 +127,15 @@ def token_report_options(section: Any) -> TokenReportOptions:
     defaults = TokenReportOptions()
     values: dict[str, Any] = {}
     for key in ("responses_per_step", "max_tokens_per_response"):
-        value = section.get(key, getattr(defaults, key))
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(
-                f"reporting.token_report.{key} must be a positive integer, got {value!r}"
-            )
-        values[key] = value
+        values[key] = positive_int(
+            section.get(key, getattr(defaults, key)), f"reporting.token_report.{key}"
+        )
     enabled = section.get("enabled", True)
     if not isinstance(enabled, bool):
         raise ConfigError(
             f"reporting.token_report.enabled must be true or false (unquoted), got {enabled!r}"
         )
-    seed = section.get("seed", defaults.seed)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(
-            f"reporting.token_report.seed must be a non-negative integer, got {seed!r}"
-        )
+    seed = non_negative_int(section.get("seed", defaults.seed), "reporting.token_report.seed")
     steps = section.get("steps")
     if isinstance(steps, int) and not isinstance(steps, bool):
         steps = [steps]

@@ -247,13 +247,17 @@ def test_mini_dapo_dynamics_runs_on_its_configuration(tmp_path, smollm2_dir):
                 )
     run_kedro(project, pipeline="dynamics", env="mini_dapo")
 
-    table = pd.read_csv(latest(project / "data/04_feature/advantage_covariance_by_step.csv"))
+    table = pd.read_csv(
+        latest(project / "data/mini_dapo/04_feature/advantage_covariance_by_step.csv")
+    )
     assert len(table) == 2 * 4 * 2  # runs × steps × estimators
     skipped = table[table["skipped"].notna()]
     assert set(zip(skipped["run"], skipped["step"], strict=True)) == {("mini_dapo_with_clip", 8)}
     assert table.loc[table["skipped"].isna(), "mean_cov"].notna().all()
-    correctness = pd.read_csv(latest(project / "data/04_feature/entropy_by_correctness.csv"))
+    correctness = pd.read_csv(
+        latest(project / "data/mini_dapo/04_feature/entropy_by_correctness.csv")
+    )
     assert len(correctness) == 7 * 2 + 1
     for name in ("advantage_covariance_by_step.png", "entropy_by_correctness.png"):
-        image = Image.open(latest(project / "data/08_reporting/figures" / name))
+        image = Image.open(latest(project / "data/mini_dapo/08_reporting/figures" / name))
         assert image.size == (2 * 640, 2 * 440)  # 2 runs × 3.2 in, 2 rows × 2.2 in, 200 dpi

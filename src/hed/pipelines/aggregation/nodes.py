@@ -35,7 +35,8 @@ import pyarrow.dataset as ds
 
 from hed.arrow_stream import DEFAULT_CHUNK
 from hed.lexicon import Lexicon, parse_lexicon
-from hed.sections import chunk_records_param, parameter_section, shard_config
+from hed.params import chunk_records_param, shard_config
+from hed.params import section as parameter_section
 from hed.shard_checks import (
     CurrentGeneration,
     checked_responses,

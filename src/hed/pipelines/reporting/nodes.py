@@ -19,8 +19,12 @@ from matplotlib.figure import Figure
 
 from hed import figures, provenance, token_report
 from hed.errors import ConfigError
-from hed.params import fig3_steps_param, reporting_section, top_n_words_param
-from hed.sections import fig2_measure_param
+from hed.params import (
+    fig2_measure_param,
+    fig3_steps_param,
+    reporting_section,
+    top_n_words_param,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from hed.overlap import (
     entropy_overlap,
     entropy_percentiles,
 )
+from hed.params import positive_int
 from hed.rescoring import CONSISTENCY_TOLERANCE_NATS, ResponseToScore, compare_scores
 from hed.schema import RECORD_KEY, REFERENCE_RESPONSE_SCHEMA, RESCORED_RECORD_SCHEMA
 from hed.shard_metadata import GENERATION_METADATA_KEY
@@ -104,9 +105,7 @@ def rescoring_section(rescoring: Any) -> dict[str, Any]:
     if merged["dtype"] not in _DTYPES:
         raise ConfigError(f"rescoring.dtype = {merged['dtype']!r}: use one of {', '.join(_DTYPES)}")
     for name in ("batch_size", "chunk_positions"):
-        value = merged[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"rescoring.{name} must be a positive integer, got {value!r}")
+        positive_int(merged[name], f"rescoring.{name}")
     return merged
 
 

@@ -122,16 +122,16 @@ def test_bad_settings(params, match):
         CovarianceSettings.from_params(params)
 
 
-def test_record_batches_read_row_groups_in_order_and_in_memory_datasets_too(tmp_path):
+def test_row_group_batches_read_row_groups_in_order_and_in_memory_datasets_too(tmp_path):
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    from hed.record_batches import record_batches
+    from hed.arrow_stream import row_group_batches
 
     records, sequences = random_step(RESPONSES, seed=3)
     records_ds, _ = write_step(tmp_path, records, sequences)  # row groups of 7 records
     columns = ["prompt_index", "sample_index", "position", "logprob"]
-    batches = list(record_batches(records_ds, columns, 3))
+    batches = list(row_group_batches(records_ds, columns, 3))
     assert max(b.num_rows for b in batches) == 3
     streamed = pa.Table.from_batches(batches).to_pandas()
     pd.testing.assert_frame_equal(streamed, records[columns].astype(streamed.dtypes))

@@ -2,7 +2,8 @@
 
 The aggregation reads shard files of tens of millions of token records. Everything here
 keeps memory bounded by a batch, not a file: :func:`record_batches` reads one batch at a
-time, :class:`ShardCursor` hands out one prompt's rows at a time from a sorted shard,
+time (:func:`row_group_batches` one row group at a time, for a single reader of a whole
+step), :class:`ShardCursor` hands out one prompt's rows at a time from a sorted shard,
 :func:`rechunked` regroups small tables into write-sized ones, and :func:`prefetched` runs a
 producer in a thread so that reading and Parquet writing overlap. None of it knows Kedro.
 """
@@ -54,6 +55,40 @@ def record_batches(
         yield from dataset.to_batches(
             columns=columns, batch_size=batch_rows, batch_readahead=0, use_threads=False
         )
+
+
+def row_group_batches(
+    dataset: ds.Dataset, columns: list[str], batch_records: int
+) -> Iterator[pa.RecordBatch]:
+    """Yield ``columns`` of ``dataset`` in batches of at most ``batch_records`` rows, in file
+    and row order, reading one row group after the other (no read-ahead).
+
+    For a single reader of a whole step (the dynamics tables): ``to_batches`` and
+    ``iter_batches`` read ahead, and their peak grows with the file (measured on merged steps
+    of 1M and 4M records, ten columns, row groups of 262,144 records: 37 → 85 MB and
+    27 → 67 MB of Arrow memory), while one row group at a time stayed at 37 MB for both.
+    Memory is about two row groups of the requested columns.
+
+    Args:
+        dataset: a Parquet ``FileSystemDataset`` (what ``ArrowParquetDataset.load`` returns,
+            local or on an fsspec filesystem); any other dataset is read with ``to_batches``.
+        columns: the columns to read.
+        batch_records: the largest batch yielded.
+    """
+    files = getattr(dataset, "files", None)
+    filesystem = getattr(dataset, "filesystem", None)
+    if not files or filesystem is None or not isinstance(dataset.format, ds.ParquetFileFormat):
+        yield from dataset.to_batches(
+            columns=columns, batch_size=batch_records, batch_readahead=0, fragment_readahead=0
+        )
+        return
+    for path in files:
+        with filesystem.open_input_file(path) as handle:
+            parquet = pq.ParquetFile(handle, pre_buffer=False)
+            for group in range(parquet.num_row_groups):
+                table = parquet.read_row_group(group, columns=columns, use_threads=False)
+                yield from table.to_batches(max_chunksize=batch_records)
+                del table
 
 
 def column_numpy(batch: pa.RecordBatch, name: str, source: str, dtype: Any) -> np.ndarray:

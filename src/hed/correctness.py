@@ -24,8 +24,8 @@ import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from hed.arrow_stream import row_group_batches
 from hed.errors import InputDataError
-from hed.record_batches import record_batches
 from hed.response_index import ResponseIndex
 
 #: The category whose high-entropy tokens are counted per 1k tokens.
@@ -69,7 +69,7 @@ def entropy_by_correctness(
     # groups 0 = correct, 1 = incorrect, 2 = ungraded
     tokens, high, anthropomorphic = (np.zeros(3, np.int64) for _ in range(3))
     entropy = np.zeros(3)
-    for batch in record_batches(token_records, _COLUMNS, batch_records):
+    for batch in row_group_batches(token_records, _COLUMNS, batch_records):
         keep = ~batch.column("is_special").to_numpy(zero_copy_only=False)
         prompt = batch.column("prompt_index").to_numpy()[keep]
         sample = batch.column("sample_index").to_numpy()[keep]

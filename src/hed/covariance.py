@@ -52,9 +52,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from hed.arrow_stream import row_group_batches
 from hed.errors import ConfigError, InputDataError
 from hed.params import positive_int
-from hed.record_batches import record_batches
 from hed.response_index import ResponseIndex
 
 #: Defaults: Clip-Cov band (verl's clip_cov_lb, clip_cov_ub) and the KL-Cov ratio k.
@@ -245,7 +245,7 @@ def _batches(records: ds.Dataset, columns: list[str], size: int) -> Iterator[pa.
             f"{_source(records)} lacks column(s) {', '.join(missing)}: it is not a merged "
             "token record file; rerun the aggregation of this step"
         )
-    yield from record_batches(records, columns, size)
+    yield from row_group_batches(records, columns, size)
 
 
 def _source(records: ds.Dataset) -> str:

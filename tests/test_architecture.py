@@ -118,3 +118,17 @@ def test_one_mechanism_lives_in_one_module(mechanism, home):
     if mechanism.startswith("functools"):  # imported by name: `update_wrapper(partial(...))`
         where = {str(p.relative_to(SRC)) for p in modules() if "update_wrapper(" in p.read_text()}
     assert where == {home}
+
+
+def test_every_library_module_and_pipeline_is_in_docs_architecture_md():
+    doc = (REPO_ROOT / "docs" / "architecture.md").read_text()
+    missing = [p.name for p in sorted(SRC.glob("*.py")) if f"`{p.name}`" not in doc]
+    missing += [
+        f"pipelines/{p.name}"
+        for p in sorted(PIPELINES.iterdir())
+        if p.is_dir()
+        and not p.name.startswith("_")
+        and p.name.upper() not in doc
+        and f"`{p.name}`" not in doc
+    ]
+    assert not missing, f"docs/architecture.md does not name {missing}"

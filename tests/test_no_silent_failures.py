@@ -329,16 +329,20 @@ def test_a_misspelt_pipeline_or_env_ends_in_one_line(tmp_path, smollm2_dir, args
 
 
 def test_the_last_progress_line_is_printed_once(caplog, monkeypatch):
-    from hed.pipelines.generation import nodes
+    from hed import progress as progress_module
 
-    clock = iter([0.0, 10.0, 10.0, 10.0, 10.0])
-    monkeypatch.setattr(nodes.time, "monotonic", lambda: next(clock))
-    progress = nodes._ProgressLog("r.step_0.shard_0", 2, every_s=5)
-    with caplog.at_level(logging.INFO, logger=nodes.__name__):
+    clock = iter([0.0, 10.0, 10.0, 10.0, 10.0, 10.0])
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: next(clock))
+    progress = progress_module.ShardProgress("r.step_0.shard_0", 2, every_s=5, bar=False)
+    with caplog.at_level(logging.INFO, logger=progress_module.__name__):
         progress(2, 8)  # 10 s later: a periodic line with the final counts
-        progress.finish()
+        progress.finish(["eos", "length"])
     lines = [r.getMessage() for r in caplog.records]
-    assert lines == ["r.step_0.shard_0: 2/2 responses, 8 tokens, 0.8 tokens/s"]
+    assert lines == [
+        "r.step_0.shard_0: 2/2 sequences, 8 tokens, 0.8 tokens/s, ETA 0 s",
+        "r.step_0.shard_0: generated 2 sequence(s), 8 tokens in 10.0 s (0.8 tokens/s); "
+        "finish reasons: eos 1, length 1",
+    ]
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="signals a process group")

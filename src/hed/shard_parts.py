@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hed.atomic_io import write_error
+from hed.atomic_io import atomic_path, write_error
 
 logger = logging.getLogger(__name__)
 
@@ -293,11 +292,10 @@ class ShardParts:
     def _write_binding(self, key: str, binding: dict[str, Any]) -> None:
         path = self.folder / BINDING_FILE
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{BINDING_FILE}.", suffix=".tmp", dir=self.folder)
-            with os.fdopen(fd, "w") as handle:
-                json.dump({"key": key, "binding": binding}, handle, sort_keys=True, indent=1)
-            os.replace(tmp, path)
+            with atomic_path(path) as temp:
+                temp.write_text(
+                    json.dumps({"key": key, "binding": binding}, sort_keys=True, indent=1)
+                )
         except OSError as exc:
             raise write_error(path, exc) from None
 

@@ -24,13 +24,11 @@ from hed import layout
 from hed.errors import ConfigError, InputDataError
 from hed.pipelines.rescoring import create_pipeline
 from hed.pipelines.rescoring.nodes import (
-    RescoringConsistencyError,
     check_self_consistency,
     collect_rescored_entropies,
-    reference_plan,
-    rescoring_section,
     select_user_responses,
 )
+from hed.rescoring_plan import RescoringConsistencyError, reference_plan, rescoring_section
 
 from ..conftest import build_tiny_model
 from ..project_copy import (

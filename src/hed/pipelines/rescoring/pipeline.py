@@ -34,6 +34,7 @@ from kedro.pipeline import Node, Pipeline
 
 from hed.layout import StudyLayout, active_layout, active_params
 from hed.pipelines.binding import bound
+from hed.rescoring_plan import reference_plan
 
 from .nodes import (
     check_self_consistency,
@@ -41,7 +42,6 @@ from .nodes import (
     plot_entropy_change_png,
     plot_entropy_overlap_png,
     plot_entropy_percentiles_png,
-    reference_plan,
     rescore_shard,
     select_reference_responses,
     select_user_responses,

@@ -1727,7 +1727,11 @@ def _(t: Ctx) -> Expect:
     return Expect(
         lambda: check_requested_pipelines(["generaton"]),
         ConfigError,
-        ("--pipelines generaton", "did you mean generation?", "aggregation, generation, metrics"),
+        (
+            "--pipelines generaton",
+            "did you mean generation?",
+            "aggregation, dynamics, generation, metrics",
+        ),
     )
 
 

@@ -375,7 +375,7 @@ class PromptFileDataset(AbstractDataset[None, pd.DataFrame]):
         frame = frame.assign(source_file=str(self._filepath))
         if suffix == ".jsonl":  # 1-based line of each row, as editors number them (blank lines
             # are skipped by the reader, so row + 1 is not the line)
-            with path.open("rb") as file:
+            with fs.open(bare, "rb") as file:
                 lines = [n for n, line in enumerate(file, 1) if line.strip()]
             if len(lines) == len(frame):
                 frame = frame.assign(source_line=lines)

@@ -162,6 +162,9 @@ SMALL_STEP = {
         "max_new_tokens": 16,
         "batch_size": 4,
         "torch_threads": 1,
+        # float32 whatever the CPU (by_device would pick bfloat16 on AMX machines): the
+        # records, and so every byte-for-byte comparison, do not depend on the machine
+        "dtype": "float32",
     },
 }
 NUM_SHARDS = SMALL_STEP["generation"]["num_shards"]

@@ -36,7 +36,9 @@ def project_catalog(root, save_version=VERSION) -> DataCatalog:
     config = yaml.safe_load((REPO_ROOT / "conf/base/catalog.yml").read_text())
     for entry in config.values():
         if isinstance(entry, dict) and "filepath" in entry:
-            entry["filepath"] = str(root / entry["filepath"])
+            entry["filepath"] = str(
+                root / entry["filepath"].replace("${globals:data_root}", "data")
+            )
     return DataCatalog.from_config(config, save_version=save_version)
 
 

@@ -295,7 +295,7 @@ def shutdown_engine(llm) -> None:
 
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-        except Exception:  # noqa: BLE001 - releasing memory must not mask the real outcome
+        except Exception:  # releasing memory must not mask the real outcome
             pass
 
 
@@ -363,16 +363,13 @@ def generate_sequences_vllm(  # noqa: PLR0917 - the call shape of hed.recording.
         NonFiniteLogitsError: the model produced NaN logits.
     """
     settings = settings or VLLMSettings()
-    vllm = import_vllm()
+    import_vllm()
     check_architecture(model_dir)
-    from hed.vllm_recording import RecordSink, make_processor_class
-
     encoded = {
         prompt.prompt_index: tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
         for prompt in prompts
     }
-    pairs = [(prompt, sample) for prompt in prompts for sample in range(samples_per_prompt)]
-    if not pairs:
+    if not prompts or samples_per_prompt < 1:
         return
     longest = max(prompts, key=lambda p: len(encoded[p.prompt_index]))
     need = len(encoded[longest.prompt_index]) + params.max_new_tokens
@@ -384,17 +381,68 @@ def generate_sequences_vllm(  # noqa: PLR0917 - the call shape of hed.recording.
             f"generation.vllm.max_model_len >= {need}, got {max_model_len}; raise it (or set "
             "null) or lower generation.max_new_tokens"
         )
-    sink = RecordSink(params.temperature, params.top_prob_k)
-    arguments = engine_arguments(
-        model_dir, settings, dtype=dtype, device=device, max_model_len=max_model_len,
-        seed=params.seed,
+    engine = RecordingEngine(
+        engine_arguments(
+            model_dir,
+            settings,
+            dtype=dtype,
+            device=device,
+            max_model_len=max_model_len,
+            seed=params.seed,
+        )
     )
-    llm = start_engine(arguments, [make_processor_class(sink)])
     try:
-        engine = llm.llm_engine
+        yield from engine.run(
+            tokenizer, prompts, samples_per_prompt, params, eos_token_ids, progress, encoded
+        )
+    finally:
+        engine.close()
+
+
+class RecordingEngine:
+    """A vLLM engine with HED's recording processor, for one or more :meth:`run` calls.
+
+    Args:
+        arguments: ``vllm.LLM`` keyword arguments (:func:`engine_arguments`).
+        record: register the processor (False: plain vLLM, for benchmarks and tests).
+
+    Raises:
+        ConfigError: see :func:`start_engine`.
+    """
+
+    def __init__(self, arguments: dict[str, Any], record: bool = True) -> None:
+        from hed.vllm_recording import make_processor_class
+
+        self.vllm = import_vllm()
+        self.processor_class = make_processor_class(None) if record else None
+        self.llm = start_engine(arguments, [self.processor_class] if record else [])
+
+    def run(  # noqa: PLR0917 - the call shape of hed.recording.generate_sequences
+        self,
+        tokenizer,
+        prompts: Sequence[PromptInput],
+        samples_per_prompt: int,
+        params: SamplingParams,
+        eos_token_ids: Sequence[int],
+        progress: Callable[[int, int], None] | None = None,
+        encoded: dict[int, list[int]] | None = None,
+    ) -> Iterator[GeneratedSequence]:
+        """Sample and record, as :func:`generate_sequences_vllm` (which see)."""
+        from hed.vllm_recording import RecordSink
+
+        if encoded is None:
+            encoded = {
+                p.prompt_index: tokenizer(p.text, add_special_tokens=False)["input_ids"]
+                for p in prompts
+            }
+        pairs = [(prompt, sample) for prompt in prompts for sample in range(samples_per_prompt)]
+        sink = RecordSink(params.temperature, params.top_prob_k)
+        if self.processor_class is not None:
+            self.processor_class.sink = sink
+        engine = self.llm.llm_engine
         for key, (prompt, sample) in enumerate(pairs):
             request = sampling_request(
-                vllm,
+                self.vllm,
                 params,
                 seed=sequence_seed(params.seed, prompt.prompt_id, sample),
                 key=key,
@@ -404,26 +452,42 @@ def generate_sequences_vllm(  # noqa: PLR0917 - the call shape of hed.recording.
                 str(key), {"prompt_token_ids": list(encoded[prompt.prompt_index])}, request
             )
         n_sequences = n_tokens = 0
-        while engine.has_unfinished_requests():
-            finished = [out for out in engine.step() if out.finished]
-            if not finished:
-                continue
-            sink.flush()
-            results = [
-                _sequence(out, pairs, sink, params=params, eos_token_ids=eos_token_ids)
-                for out in finished
-            ]
-            texts = token_texts_batch(tokenizer, [seq.token_ids for seq in results])
-            for seq, token_text in zip(results, texts, strict=True):
-                seq.token_texts = token_text
-                seq.response_text = "".join(token_text)
-            n_sequences += len(results)
-            n_tokens += sum(seq.n_tokens for seq in results)
-            yield from results
-            if progress is not None:
-                progress(n_sequences, n_tokens)
-    finally:
-        shutdown_engine(llm)
+        try:
+            while engine.has_unfinished_requests():
+                finished = [out for out in engine.step() if out.finished]
+                if not finished:
+                    continue
+                if self.processor_class is None:  # plain vLLM: tokens only
+                    n_sequences += len(finished)
+                    n_tokens += sum(len(out.outputs[0].token_ids) for out in finished)
+                    continue
+                sink.flush()
+                results = [
+                    _sequence(out, pairs, sink, params=params, eos_token_ids=eos_token_ids)
+                    for out in finished
+                ]
+                texts = token_texts_batch(tokenizer, [seq.token_ids for seq in results])
+                for seq, token_text in zip(results, texts, strict=True):
+                    seq.token_texts = token_text
+                    seq.response_text = "".join(token_text)
+                n_sequences += len(results)
+                n_tokens += sum(seq.n_tokens for seq in results)
+                yield from results
+                if progress is not None:
+                    progress(n_sequences, n_tokens)
+        finally:
+            if engine.has_unfinished_requests():  # closed early: leave the engine clean
+                engine.abort_request([str(key) for key in range(len(pairs))])
+            if self.processor_class is not None:
+                self.processor_class.sink = None
+        if self.processor_class is None and progress is not None:
+            progress(n_sequences, n_tokens)
+
+    def close(self) -> None:
+        """Shut the engine down and release its memory."""
+        llm, self.llm = self.llm, None
+        if llm is not None:
+            shutdown_engine(llm)
 
 
 def _sequence(
@@ -470,20 +534,91 @@ def _sequence(
     )
 
 
-def settings_record(settings: VLLMSettings) -> dict[str, Any]:
-    """``settings`` as a plain mapping (for the shard metadata)."""
-    return asdict(settings)
+def load_tokenizer(model_dir: str | Path):
+    """The checkpoint's HuggingFace tokenizer (left padding, a pad token), no model.
+
+    Raises:
+        CheckpointError: no ``config.json``, or the tokenizer files do not load.
+    """
+    from transformers import AutoTokenizer
+
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise CheckpointError(f"checkpoint {model_dir}: no config.json (not a HuggingFace folder)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_dir, padding_side="left", local_files_only=True
+        )
+    except Exception as error:  # any loader failure becomes one line naming the folder
+        reason = " ".join(str(error).split())[:300] or type(error).__name__
+        raise CheckpointError(
+            f"checkpoint {model_dir} cannot be loaded: its tokenizer fails ({reason}); copy "
+            "the base model's tokenizer files (tokenizer.json, tokenizer_config.json) into it"
+        ) from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def open_vllm_backend(
+    model_dir: str | Path, vllm_params: dict[str, Any] | None, *, dtype, device: str
+) -> tuple[Any, list[int], Callable[..., Iterator[GeneratedSequence]], dict[str, Any]]:
+    """Everything the generation node needs from the vllm backend, checked before any work.
+
+    Checks, in order: vLLM imports, ``generation.vllm`` is valid, the checkpoint's
+    architecture is one vLLM implements, its tokenizer loads. The engine itself starts when
+    the returned ``generate`` is iterated (it needs the prompts for ``max_model_len``).
+
+    Args:
+        model_dir: the checkpoint folder.
+        vllm_params: ``generation.vllm``.
+        dtype: the resolved torch dtype.
+        device: ``cpu`` or ``cuda``.
+
+    Returns:
+        ``(tokenizer, eos_token_ids, generate, backend_record)``: ``generate(prompts,
+        samples_per_prompt, params, eos_token_ids, progress=...)`` has the call shape of
+        :func:`hed.recording.generate_sequences` after its model and tokenizer;
+        ``backend_record`` is ``{"name": "vllm", "version", "settings"}`` for the shard
+        metadata.
+    """
+    version = vllm_version()
+    settings = VLLMSettings.from_params(vllm_params)
+    check_architecture(model_dir)
+    tokenizer = load_tokenizer(model_dir)
+    eos_ids = eos_token_ids_of(model_dir, tokenizer)
+    dtype_name = str(dtype).removeprefix("torch.")
+
+    def generate(prompts, samples_per_prompt, params, eos_token_ids, progress=None):
+        return generate_sequences_vllm(
+            model_dir,
+            tokenizer,
+            prompts,
+            samples_per_prompt,
+            params,
+            eos_token_ids,
+            progress,
+            settings=settings,
+            dtype=dtype_name,
+            device=device,
+        )
+
+    record = {"name": "vllm", "version": version, "settings": asdict(settings)}
+    return tokenizer, eos_ids, generate, record
 
 
 __all__ = [
     "CPU_DEFAULT_KV_CACHE_BYTES",
     "INSTALL_HINT",
+    "RecordingEngine",
     "VLLMSettings",
     "check_architecture",
     "engine_arguments",
     "eos_token_ids_of",
     "generate_sequences_vllm",
     "import_vllm",
+    "load_tokenizer",
+    "open_vllm_backend",
     "sampling_request",
     "shutdown_engine",
     "start_engine",

@@ -76,7 +76,7 @@ class RecordSink:
         self._filed: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
 
     def record(self, logits: torch.Tensor, keys: np.ndarray, positions: np.ndarray) -> None:
-        """Record one step: ``logits`` ``(B, V)`` float32 raw logits; ``keys``, ``positions`` (B,)."""
+        """Record one step: raw float32 ``logits`` (B, V); ``keys``, ``positions`` (B,) int64."""
         if logits.shape[-1] > _MAX_EXACT_ID:
             raise RuntimeError(f"vocabulary of {logits.shape[-1]} ids exceeds 2**24")
         stats = token_distribution_stats(
@@ -194,7 +194,7 @@ def _hed_row(params, _prompt_ids, output_ids) -> tuple[int, list[int]] | None:
     return None if key is None else (int(key), output_ids)
 
 
-def make_processor_class(sink: RecordSink) -> type[DecodeRecordingProcessor]:
+def make_processor_class(sink: RecordSink | None) -> type[DecodeRecordingProcessor]:
     """A :class:`DecodeRecordingProcessor` subclass writing into ``sink`` (one per engine).
 
     The class object is passed to ``vllm.LLM(logits_processors=[cls])``; it only works with

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -19,7 +20,6 @@ from hed.grading import grade_response, normalise_reference
 from hed.layout import layout_from_params
 from hed.prompts import PROMPT_COLUMNS, pick_prompt_column, prompt_id, render_prompt, sample_rows
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
-
 from hed.shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
 
 logger = logging.getLogger(__name__)
@@ -137,8 +137,11 @@ def generate_shard(
     Loads the checkpoint of (``run``, ``step``), takes the prompts with
     ``prompt_index % num_shards == shard``, samples ``samples_per_prompt`` responses each and
     records per token the exact decode-time entropy (nats), logprob, prob and top-k of
-    softmax(z / T) over the full vocabulary (:mod:`hed.recording`), its text and whether it is
-    special; responses are graded with math-verify when the prompt has an answer.
+    softmax(z / T) over the full vocabulary, its text and whether it is special; responses are
+    graded with math-verify when the prompt has an answer. ``generation.backend`` picks the
+    sampler: ``hf`` (transformers ``generate``, :mod:`hed.recording`) or ``vllm`` (one vLLM
+    engine started and shut down inside this call, :mod:`hed.vllm_backend`); both yield the
+    same per-sequence records.
 
     Args:
         prompts: ``prompts``.
@@ -152,14 +155,19 @@ def generate_shard(
         both with the generation parameters in the Parquet metadata key ``hed.generation``
         (run, step, shard, num_shards, samples_per_prompt, the effective sampling parameters,
         dtype, device, the checkpoint fingerprint, the shard's prompt ids and the effective
-        chat-template settings; aggregation refuses shards whose record-shaping values are no
-        longer current, :mod:`hed.shard_metadata`).
+        chat-template settings, the backend with its version (and vLLM's engine settings);
+        aggregation refuses shards whose record-shaping values are no longer current,
+        :mod:`hed.shard_metadata`).
 
     Raises:
-        ConfigError: the step is not in ``checkpoints`` or a sampling parameter is invalid.
-        CheckpointError: the model cannot be loaded.
+        ConfigError: the step is not in ``checkpoints``, a sampling parameter is invalid, or
+            (vllm) vLLM is not installed, a prompt exceeds ``max_model_len``, the KV cache
+            does not fit.
+        CheckpointError: the model cannot be loaded (vllm: or its architecture is not one
+            vLLM implements).
     """
     import torch
+    import transformers
 
     from hed.recording import (
         PromptInput,
@@ -174,6 +182,7 @@ def generate_shard(
         raise ConfigError(
             f"no checkpoint resolved for run {run!r} step {step}: rerun `resolve_checkpoints`"
         )
+    backend = generation_backend(params)
     num_shards = int(params["num_shards"])
     mine = prompts[prompts["prompt_index"] % num_shards == shard]
     if params.get("torch_threads"):
@@ -181,10 +190,19 @@ def generate_shard(
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = resolve_dtype(params.get("dtype", "auto"), device)
     sampling = sampling_params_from(params)
-    model, tokenizer = load_model_and_tokenizer(
-        entry["model_dir"], dtype=params.get("dtype", "auto"), device=device
-    )
-    eos_ids = checkpoint_eos_token_ids(model, tokenizer)
+    if backend == "vllm":
+        from hed.vllm_backend import open_vllm_backend
+
+        tokenizer, eos_ids, generate, backend_record = open_vllm_backend(
+            entry["model_dir"], params.get("vllm"), dtype=dtype, device=device
+        )
+    else:
+        model, tokenizer = load_model_and_tokenizer(
+            entry["model_dir"], dtype=params.get("dtype", "auto"), device=device
+        )
+        eos_ids = checkpoint_eos_token_ids(model, tokenizer)
+        generate = functools.partial(generate_sequences, model, tokenizer)
+        backend_record = {"name": "hf", "version": transformers.__version__}
     inputs = [
         PromptInput(
             prompt_index=int(row.prompt_index),
@@ -203,15 +221,7 @@ def generate_shard(
         params.get("log_every_s", 30),
     )
     sequences = list(
-        generate_sequences(
-            model,
-            tokenizer,
-            inputs,
-            int(params["samples_per_prompt"]),
-            sampling,
-            eos_ids,
-            progress=progress,
-        )
+        generate(inputs, int(params["samples_per_prompt"]), sampling, eos_ids, progress=progress)
     )
     progress.finish()
     metadata = {
@@ -229,6 +239,7 @@ def generate_shard(
                 "prompt_ids": sorted(set(ids_of.values())),
                 "chat_template": chat_template_settings(prompt_params),
                 "hed_version": hed.__version__,
+                "backend": backend_record,
             },
             sort_keys=True,
         ).encode()
@@ -241,6 +252,24 @@ def generate_shard(
         "token_records": records.replace_schema_metadata(metadata),
         "sequences": seqs.replace_schema_metadata(metadata),
     }
+
+
+#: ``generation.backend`` values: transformers ``generate`` or a vLLM engine.
+BACKENDS = ("hf", "vllm")
+
+
+def generation_backend(params: dict[str, Any]) -> str:
+    """``generation.backend`` (absent: ``hf``), validated.
+
+    Raises:
+        ConfigError: not one of :data:`BACKENDS`.
+    """
+    backend = params.get("backend", "hf")
+    if backend not in BACKENDS:
+        raise ConfigError(
+            f"generation.backend must be one of {', '.join(BACKENDS)}, got {backend!r}"
+        )
+    return backend
 
 
 def sampling_params_from(params: dict[str, Any]):

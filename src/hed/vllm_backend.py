@@ -427,7 +427,11 @@ class RecordingEngine:
         progress: Callable[[int, int], None] | None = None,
         encoded: dict[int, list[int]] | None = None,
     ) -> Iterator[GeneratedSequence]:
-        """Sample and record, as :func:`generate_sequences_vllm` (which see)."""
+        """Sample and record, as :func:`generate_sequences_vllm` (which see).
+
+        ``tokenizer`` may be None when ``encoded`` (prompt_index -> prompt token ids) is
+        given; the sequences then have no token texts (benchmarks of dummy models).
+        """
         from hed.vllm_recording import RecordSink
 
         if encoded is None:
@@ -466,7 +470,11 @@ class RecordingEngine:
                     _sequence(out, pairs, sink, params=params, eos_token_ids=eos_token_ids)
                     for out in finished
                 ]
-                texts = token_texts_batch(tokenizer, [seq.token_ids for seq in results])
+                texts = (
+                    token_texts_batch(tokenizer, [seq.token_ids for seq in results])
+                    if tokenizer is not None
+                    else [[] for _ in results]  # benchmarks of tokenizer-less dummy models
+                )
                 for seq, token_text in zip(results, texts, strict=True):
                     seq.token_texts = token_text
                     seq.response_text = "".join(token_text)

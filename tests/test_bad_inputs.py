@@ -59,7 +59,6 @@ from hed.pipelines.generation.nodes import (
     resolve_checkpoints,
     sampling_params_from,
 )
-from hed.shard_metadata import GENERATION_METADATA_KEY
 from hed.pipelines.metrics.nodes import collect_run_pass1, fetch_wandb_history, read_csv_pass1
 from hed.pipelines.metrics.pipeline import create_pipeline as create_metrics_pipeline
 from hed.pipelines.mini_rl.nodes import generate_task_sets
@@ -69,6 +68,7 @@ from hed.provenance import PublishedArtifactsDataset
 from hed.recording import load_model_and_tokenizer, resolve_dtype
 from hed.runners import resolve_slots
 from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+from hed.shard_metadata import GENERATION_METADATA_KEY
 
 REPO = Path(__file__).resolve().parents[1]
 ERRORS_DOC = REPO / "docs" / "errors.md"

@@ -55,9 +55,7 @@ def demo_project(request, tmp_path_factory, smollm2_dir) -> Path:
 
 def test_shard_records_have_the_contract_schema_and_ranges(demo_project, tokenizer):
     files = [
-        latest(
-            demo_project / f"data/02_intermediate/token_records/{RUN}/step_0/shard_{k}.parquet"
-        )
+        latest(demo_project / f"data/02_intermediate/token_records/{RUN}/step_0/shard_{k}.parquet")
         for k in range(2)
     ]
     tables = [pq.read_table(f) for f in files]

@@ -171,8 +171,14 @@ def test_same_records_twice_and_alone_equals_in_a_batch_of_32(tiny_engine, token
     questions = [f"Question {i}: what is {i} + {i}?" for i in range(16)]
     prompts = chat_prompts(tokenizer, questions)
     params = SamplingParams(max_new_tokens=16, seed=11)
-    batch = {(s.prompt_index, s.sample_index): s for s in tiny_engine.run(tokenizer, prompts, 2, params, [2])}
-    again = {(s.prompt_index, s.sample_index): s for s in tiny_engine.run(tokenizer, prompts, 2, params, [2])}
+    batch = {
+        (s.prompt_index, s.sample_index): s
+        for s in tiny_engine.run(tokenizer, prompts, 2, params, [2])
+    }
+    again = {
+        (s.prompt_index, s.sample_index): s
+        for s in tiny_engine.run(tokenizer, prompts, 2, params, [2])
+    }
     assert len(batch) == 32
     for key, seq in batch.items():
         other = again[key]
@@ -196,9 +202,7 @@ def test_generation_config_of_the_checkpoint_is_ignored(tmp_path, tokenizer, pro
 
     folder = build_tiny_model(tmp_path / "ckpt", tokenizer, head_dim=64)
     config = json.loads((folder / "generation_config.json").read_text())
-    config.update(
-        {"do_sample": False, "repetition_penalty": 5.0, "temperature": 0.01, "top_k": 1}
-    )
+    config.update({"do_sample": False, "repetition_penalty": 5.0, "temperature": 0.01, "top_k": 1})
     (folder / "generation_config.json").write_text(json.dumps(config))
     engine = start(folder)
     try:
@@ -221,9 +225,7 @@ def test_bfloat16_logprob_equals_vllms_raw_logprobs(vllm_tiny_dir, tokenizer, pr
         }
     finally:
         engine.close()
-    plain = start(
-        vllm_tiny_dir, dtype="bfloat16", record=False, logprobs_mode="raw_logprobs"
-    )
+    plain = start(vllm_tiny_dir, dtype="bfloat16", record=False, logprobs_mode="raw_logprobs")
     try:
         vllm = import_vllm()
         requests, inputs = [], []
@@ -267,3 +269,58 @@ def test_smollm2_float32_records_equal_a_float64_rescore(smollm2_dir, tokenizer,
                 assert seq.finish_reason == ("eos" if seq.token_ids[-1] == 2 else "length")
     finally:
         engine.close()
+
+
+def test_processor_follows_moves_swaps_and_recomputed_requests():
+    """Rows reordered between steps, a swap, a removal and a preempted request recomputed."""
+    from vllm import SamplingParams as VSamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
+
+    from hed.entropy import token_distribution_stats
+    from hed.vllm_recording import EXTRA_ARGS_KEY, RecordSink, make_processor_class
+
+    sink = RecordSink(temperature=0.7, top_prob_k=3)
+    processor = make_processor_class(sink)(None, torch.device("cpu"), False)
+    outputs = {key: [] for key in (10, 11, 12)}  # live output-token lists, as vLLM passes them
+    expected: dict[tuple[int, int], torch.Tensor] = {}
+    generator = torch.Generator().manual_seed(0)
+
+    def params(key):
+        return VSamplingParams(extra_args={EXTRA_ARGS_KEY: key})
+
+    def step(rows: list[int | None], update: BatchUpdate | None, discarded=()):
+        """One decode step; ``discarded``: rows whose token vLLM throws away (prefill chunk)."""
+        processor.update_state(update)
+        logits = torch.randn(len(rows), 50, generator=generator) * 3
+        assert processor.apply(logits) is logits
+        for row, key in enumerate(rows):
+            if key is not None:
+                expected[(key, len(outputs[key]))] = logits[row]  # the latest one counts
+        for key in rows:
+            if key is not None and key not in discarded:
+                outputs[key].append(1)  # vLLM appends the sampled token after the step
+
+    added = [(0, params(10), [5], outputs[10]), (1, params(11), [5], outputs[11])]
+    added.append((2, VSamplingParams(), [5], []))  # not HED's: never recorded
+    step([10, 11, None], BatchUpdate(3, [], added, []))
+    step([11, 10, None], BatchUpdate(3, [], [], [(0, 1, MoveDirectionality.SWAP)]))
+    # request 11 is preempted and request 12 takes its row (vLLM's BatchUpdateBuilder pops a
+    # removed index that an added request reuses), the foreign request in row 2 leaves
+    step([12, 10], BatchUpdate(2, [2], [(0, params(12), [5], outputs[12])], []))
+    # 11 comes back to be recomputed (its output list keeps its 2 tokens): an intermediate
+    # prefill chunk is recorded at position 2 and its token discarded; the next step records
+    # position 2 again, and that record must win
+    step([12, 10, 11], BatchUpdate(3, [], [(2, params(11), [5], outputs[11])], []), {11})
+    step([11, 10, 12], BatchUpdate(3, [], [], [(0, 2, MoveDirectionality.SWAP)]))
+    sink.flush()
+    for key in (10, 11, 12):
+        n = len(outputs[key])
+        records = sink.take(key, n)
+        rows = torch.stack([expected[(key, position)] for position in range(n)])
+        stats = token_distribution_stats(rows, 0.7, 3)
+        np.testing.assert_allclose(records["entropy"], stats.entropy.numpy(), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(records["log_z"], stats.log_z.numpy(), rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(records["topk_token_ids"], stats.topk_ids.numpy())
+    assert [len(outputs[k]) for k in (10, 11, 12)] == [5, 3, 3]
+    with pytest.raises(RuntimeError, match="do not match"):
+        sink.take(10, 5)  # already taken

@@ -504,9 +504,7 @@ def test_shard_made_with_another_backend_is_refused(tmp_path, then, now):
     with pytest.raises(InputDataError) as exc:
         run_checks(records, sequences, generation={**GENERATION, "backend": now})
     message = one_line(exc)
-    assert (
-        f"generation.backend was '{then}' when it was generated but is '{now}' now" in message
-    )
+    assert f"generation.backend was '{then}' when it was generated but is '{now}' now" in message
     assert message.endswith(f"or set generation.backend: '{then}'")
 
 

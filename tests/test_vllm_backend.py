@@ -89,7 +89,9 @@ def tiny_engine(vllm_tiny_dir):
     engine.close()
 
 
-def rescore_float64(model, tokenizer, prompt: PromptInput, token_ids, temperature: float, k: int):
+def rescore_float64(
+    model, tokenizer, prompt: PromptInput, token_ids, *, temperature: float, k: int
+):
     """Teacher-forced float64 re-score of one response: softmax(z / T) at every position."""
     ids = tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
     full = torch.tensor([[*ids, *token_ids.tolist()]])
@@ -123,8 +125,8 @@ def assert_exact(sequences, model, tokenizer, prompts, params):
             tokenizer,
             by_index[seq.prompt_index],
             seq.token_ids,
-            params.temperature,
-            params.top_prob_k,
+            temperature=params.temperature,
+            k=params.top_prob_k,
         )
         for name in ("entropy", "logprob", "topk_probs"):
             error = float(np.max(np.abs(getattr(seq, name).astype(np.float64) - ref[name])))
@@ -140,7 +142,7 @@ def assert_exact(sequences, model, tokenizer, prompts, params):
 @pytest.mark.parametrize(
     ("temperature", "top_k", "top_p"), [(1.0, None, 1.0), (0.6, 5, 1.0), (1.0, None, 0.9)]
 )
-def test_tiny_model_records_equal_a_float64_rescore(
+def test_tiny_model_records_equal_a_float64_rescore(  # noqa: PLR0917 - fixtures + parameters
     tiny_engine, vllm_tiny_dir, tokenizer, prompts, temperature, top_k, top_p
 ):
     params = SamplingParams(

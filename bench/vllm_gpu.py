@@ -7,8 +7,12 @@ One command, one GPU (H200-class: about 6-8 minutes)::
 
 Wheels: ``pip install torch`` (CUDA build) then ``pip install -e ".[vllm]"`` (vLLM 0.32 for
 CUDA; it brings flash-attn / Triton), ``transformers`` as vLLM pins it. Nothing is
-downloaded: the model is a ``config.json`` only (vLLM ``load_format="dummy"``, no tokenizer:
-``skip_tokenizer_init``); prompts are random token ids.
+downloaded: the model is ``Qwen3ForCausalLM(config)`` built on the GPU with transformers'
+seeded random initialisation (normal(0, 0.02), RMSNorm weights 1; ``lm_head`` scaled so
+that the logits have a standard deviation of about ``--logit-std``, 4, for peaked, varied
+next-token distributions instead of near-uniform ones) and saved once as
+safetensors into a temporary folder, which vLLM loads (no tokenizer: ``skip_tokenizer_init``);
+prompts are random token ids.
 
 What it measures, on the same prompts, seeds and settings (EOS off: every response has
 exactly ``--new-tokens`` tokens):
@@ -20,14 +24,14 @@ exactly ``--new-tokens`` tokens):
 3. HF ``generate`` + HED's recording (``hed.recording.generate_sequences``), the model from
    ``Qwen3ForCausalLM(config)`` on the GPU with the engine's weights.
 
-Random weights: vLLM's dummy initialisation (uniform in ±1e-3) gives near-uniform next-token
-distributions, where a wrong row or position would go unnoticed; the engine's weights are
-therefore re-drawn in place (``LLM.apply_model``) as normal(0, ``--init-std``) with RMSNorm
-weights 1, seeded. The check: ``--check-sequences`` responses of the recorded run are
-re-scored teacher-forced by the HF model in float32 with the same weights (vLLM's fused
-``qkv_proj`` / ``gate_up_proj`` split back into HF's projections); it prints the largest and
-median |difference| of entropy and log-prob (the engine computes in ``--dtype``, so bf16
-rounding of activations shows up here; a wrong row/position mapping would show up as
+Why not vLLM's ``load_format="dummy"`` by default: its weights are uniform in ±1e-3, so every
+next-token distribution is near-uniform (entropy ≈ log V) and a wrong row or position would
+go unnoticed; and the check needs the same weights in HF (vLLM's CPU backend even repacks its
+linear weights, so they cannot be read back). ``--dummy`` runs the speed part on dummy
+weights (no save, no check). The check: ``--check-sequences`` responses of the recorded run
+are re-scored teacher-forced by the HF model in float32 (same weights); it prints the largest
+and median |difference| of entropy and log-prob (the engine computes in ``--dtype``, so bf16
+rounding of activations shows up here; a wrong row / position mapping would show up as
 differences of whole nats).
 """
 
@@ -85,7 +89,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-prob-k", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--init-std", type=float, default=0.02)
+    parser.add_argument("--dummy", action="store_true", help="vLLM dummy weights, no check")
+    parser.add_argument("--logit-std", type=float, default=4.0, help="scales lm_head")
     parser.add_argument("--check-sequences", type=int, default=4)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     parser.add_argument("--kv-cache-mib", type=int, default=512, help="CPU only")
@@ -126,49 +131,6 @@ def write_config(folder: Path, shape: dict) -> Path:
     return folder
 
 
-def redraw_weights(std: float, seed: int):
-    """A function for ``LLM.apply_model``: normal(0, std) weights, RMSNorm weights 1."""
-
-    def redraw(model: torch.nn.Module) -> int:
-        generator = torch.Generator(device="cpu").manual_seed(seed)
-        with torch.no_grad():
-            for name, param in sorted(model.named_parameters()):
-                if "norm" in name:
-                    param.fill_(1.0)
-                else:
-                    values = torch.randn(param.shape, generator=generator) * std
-                    param.copy_(values.to(param.dtype))
-        return sum(p.numel() for p in model.parameters())
-
-    return redraw
-
-
-def hf_state_dict(shape: dict):
-    """A function for ``LLM.apply_model``: the weights as HF Qwen3 names, on the CPU."""
-    q = shape["num_attention_heads"] * shape["head_dim"]
-    kv = shape["num_key_value_heads"] * shape["head_dim"]
-    inter = shape["intermediate_size"]
-
-    def export(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        out = {}
-        for name, param in model.named_parameters():
-            tensor = param.detach().to("cpu")
-            if name.endswith("qkv_proj.weight"):
-                stem = name.removesuffix("qkv_proj.weight")
-                out[stem + "q_proj.weight"] = tensor[:q]
-                out[stem + "k_proj.weight"] = tensor[q : q + kv]
-                out[stem + "v_proj.weight"] = tensor[q + kv :]
-            elif name.endswith("gate_up_proj.weight"):
-                stem = name.removesuffix("gate_up_proj.weight")
-                out[stem + "gate_proj.weight"] = tensor[:inter]
-                out[stem + "up_proj.weight"] = tensor[inter:]
-            else:
-                out[name] = tensor
-        return out
-
-    return export
-
-
 def timed(device: str, fn):
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -195,8 +157,20 @@ def rescore(model, prompt_ids: list[int], token_ids: np.ndarray, temperature: fl
 def main() -> None:
     args = parse_args()
     vllm = import_vllm()
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
     shape = TINY if args.tiny else QWEN3_8B
     folder = write_config(Path(tempfile.mkdtemp(prefix="hed_qwen3_")), shape)
+    started = time.perf_counter()
+    torch.manual_seed(args.seed)
+    with torch.device(args.device):
+        model = Qwen3ForCausalLM(Qwen3Config.from_pretrained(folder))
+    with torch.no_grad():  # logits of std --logit-std (not near-uniform), see the docstring
+        model.lm_head.weight.mul_(args.logit_std / (0.02 * shape["hidden_size"] ** 0.5))
+    model = model.to(getattr(torch, args.dtype)).eval()
+    if not args.dummy:
+        model.save_pretrained(folder)  # safetensors: vLLM loads exactly these weights
+    print(f"model built (and saved) in {time.perf_counter() - started:.0f} s")
     rng = np.random.default_rng(args.seed)
     prompts = [
         PromptInput(prompt_index=i, prompt_id=f"gpu{i}", text="") for i in range(args.batch_size)
@@ -219,17 +193,16 @@ def main() -> None:
         kv_cache_memory_bytes=args.kv_cache_mib << 20 if on_cpu else None,
         max_num_seqs=max(args.batch_size, 1),
     )
-    arguments = {
-        **engine_arguments(
-            folder,
-            settings,
-            dtype=args.dtype,
-            device=args.device,
-            max_model_len=args.prompt_len + args.new_tokens,
-            seed=args.seed,
-        ),
-        "load_format": "dummy",
-    }
+    arguments = engine_arguments(
+        folder,
+        settings,
+        dtype=args.dtype,
+        device=args.device,
+        max_model_len=args.prompt_len + args.new_tokens,
+        seed=args.seed,
+    )
+    if args.dummy:
+        arguments["load_format"] = "dummy"
     print(
         f"vllm_gpu: {'tiny' if args.tiny else 'Qwen3-8B'}-shaped random weights {shape}, "
         f"{args.dtype} on {args.device}, batch {args.batch_size} x {args.new_tokens} tokens "
@@ -254,7 +227,6 @@ def main() -> None:
     if not args.skip_plain_engine:
         engine = RecordingEngine(arguments, record=False)
         try:
-            engine.llm.apply_model(redraw_weights(args.init_std, args.seed))
             for repeat in range(args.repeats + 1):  # the first is a warm-up
                 seconds, tokens = timed(args.device, lambda e=engine: plain_run(e))
                 assert tokens == expected, tokens
@@ -262,11 +234,9 @@ def main() -> None:
                     rates["plain"].append(tokens / seconds)
         finally:
             engine.close()
+    same_engine: list[float] = []
     engine = RecordingEngine(arguments, record=True)
     try:
-        engine.llm.apply_model(redraw_weights(args.init_std, args.seed))
-        same_engine = []
-        sequences = []
         for repeat in range(args.repeats + 1):
             inert_s, tokens = timed(args.device, lambda e=engine: plain_run(e))
             assert tokens == expected, tokens
@@ -276,44 +246,15 @@ def main() -> None:
                 rates["inert"].append(expected / inert_s)
                 rates["recorder"].append(expected / rec_s)
                 same_engine.append(inert_s / rec_s)
-        (weights,) = engine.llm.apply_model(hf_state_dict(shape))
     finally:
         engine.close()
     gc.collect()
 
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    config = Qwen3Config.from_pretrained(folder)
-    check = sorted(sequences, key=lambda s: s.prompt_index)[: args.check_sequences]
-    with torch.device(args.device):
-        model = Qwen3ForCausalLM(config).to(torch.float32)
-    missing, unexpected = model.load_state_dict(
-        {k: v.to(torch.float32) for k, v in weights.items()}, strict=False
-    )
-    assert not unexpected and not missing, (missing, unexpected)
-    model.eval()
-    entropy_err, logprob_err = [], []
-    for seq in check:
-        entropy, logprob = rescore(
-            model, encoded[seq.prompt_index], seq.token_ids, args.temperature, args.device
-        )
-        entropy_err.append(np.abs(seq.entropy - entropy))
-        logprob_err.append(np.abs(seq.logprob - logprob))
-    entropy_err, logprob_err = np.concatenate(entropy_err), np.concatenate(logprob_err)
-    mean_entropy = float(np.mean(np.concatenate([s.entropy for s in check])))
-    print(
-        f"check vs fp32 teacher-forced re-score ({len(check)} sequences, "
-        f"{len(entropy_err)} positions, mean entropy {mean_entropy:.3f} nats): entropy "
-        f"|diff| max {entropy_err.max():.2e} median {np.median(entropy_err):.2e}; logprob "
-        f"|diff| max {logprob_err.max():.2e} median {np.median(logprob_err):.2e}"
-    )
     if not args.skip_hf:
-        model = model.to(getattr(torch, args.dtype))
         tokens_of = {p.prompt_index: encoded[p.prompt_index] for p in prompts}
 
-        class _Ids:  # the HF path takes text; hand it the random ids instead
+        class _Ids:  # the HF path encodes text; hand it the random ids instead
             pad_token_id = 0
-            all_special_ids: tuple = ()
 
             def __call__(self, text, add_special_tokens=False):
                 return {"input_ids": tokens_of[int(text)]}
@@ -326,16 +267,33 @@ def main() -> None:
         saved = recording.token_texts_batch
         recording.token_texts_batch = lambda _tok, ids: [[] for _ in ids]  # no tokenizer
         try:
-            for repeat in range(min(args.repeats, 1) + 1):
-                seconds, out = timed(
-                    args.device,
-                    lambda: list(generate_sequences(model, _Ids(), hf_prompts, 1, params, [])),
-                )
-                assert sum(s.n_tokens for s in out) == expected
-                if repeat:
-                    rates["hf"].append(expected / seconds)
+            seconds, out = timed(
+                args.device,
+                lambda: list(generate_sequences(model, _Ids(), hf_prompts, 1, params, [])),
+            )
         finally:
             recording.token_texts_batch = saved
+        assert sum(s.n_tokens for s in out) == expected
+        rates["hf"].append(expected / seconds)
+
+    if not args.dummy:
+        model = model.to(torch.float32)
+        check = sorted(sequences, key=lambda s: s.prompt_index)[: args.check_sequences]
+        entropy_err, logprob_err = [], []
+        for seq in check:
+            entropy, logprob = rescore(
+                model, encoded[seq.prompt_index], seq.token_ids, args.temperature, args.device
+            )
+            entropy_err.append(np.abs(seq.entropy - entropy))
+            logprob_err.append(np.abs(seq.logprob - logprob))
+        entropy_err, logprob_err = np.concatenate(entropy_err), np.concatenate(logprob_err)
+        mean_entropy = float(np.mean(np.concatenate([s.entropy for s in check])))
+        print(
+            f"check vs fp32 teacher-forced re-score ({len(check)} sequences, "
+            f"{len(entropy_err)} positions, mean entropy {mean_entropy:.3f} nats): entropy "
+            f"|diff| max {entropy_err.max():.2e} median {np.median(entropy_err):.2e}; logprob "
+            f"|diff| max {logprob_err.max():.2e} median {np.median(logprob_err):.2e}"
+        )
     median = statistics.median
 
     def show(name: str) -> str:

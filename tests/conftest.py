@@ -31,7 +31,9 @@ def tokenizer(smollm2_dir):
     return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
-def build_tiny_model(dest: Path, tokenizer, seed: int = 0, scale: float = 1.0) -> Path:
+def build_tiny_model(
+    dest: Path, tokenizer, seed: int = 0, scale: float = 1.0, head_dim: int | None = None
+) -> Path:
     """Write a tiny random-weight Llama with the real SmolLM2 tokenizer into ``dest``.
 
     Args:
@@ -40,6 +42,8 @@ def build_tiny_model(dest: Path, tokenizer, seed: int = 0, scale: float = 1.0) -
         seed: torch seed for the random weights; different seeds give different "checkpoints".
         scale: multiplier of the output embedding; larger values give sharper (lower-entropy)
             next-token distributions.
+        head_dim: attention head size (None: hidden 32 / 4 heads = 8; vLLM's CPU attention
+            kernels need a supported size such as 64).
 
     Returns:
         ``dest``.
@@ -55,6 +59,7 @@ def build_tiny_model(dest: Path, tokenizer, seed: int = 0, scale: float = 1.0) -
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
+        head_dim=head_dim,
         max_position_embeddings=2048,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,

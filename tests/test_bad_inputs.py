@@ -21,6 +21,7 @@ import errno
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -682,6 +683,69 @@ def _(t: Ctx) -> Expect:
         lambda: generate_shard(prompts, checkpoints, {}, GENERATION, run="dapo", step=40, shard=0),
         ConfigError,
         ("'dapo'", "step 40", "resolve_checkpoints"),
+    )
+
+
+def vllm_shard(t: Ctx, vllm: dict[str, Any] | None = None, architecture: str | None = None):
+    """``generate_shard`` with ``backend: vllm`` on a tiny model (64-wide heads), prepared."""
+    from .conftest import build_tiny_model
+
+    folder = build_tiny_model(
+        t.tmp / "ckpt" / "global_step_20" / "actor_hf", t.fixture("tokenizer"), head_dim=64
+    )
+    if architecture is not None:
+        config = json.loads((folder / "config.json").read_text())
+        config["architectures"] = [architecture]
+        (folder / "config.json").write_text(json.dumps(config))
+    prompts = pd.DataFrame(
+        {"prompt_index": [0], "prompt_id": ["p0"], "prompt": ["What is 1+1?"], "answer": ["2"]}
+    )
+    checkpoints = {"dapo": {"steps": {"20": {"model_dir": str(folder)}}}}
+    params = {
+        **GENERATION,
+        "dtype": "float32",
+        "backend": "vllm",
+        "vllm": {"kv_cache_memory_bytes": 64 << 20, **(vllm or {})},
+    }
+    return folder, lambda: generate_shard(
+        prompts, checkpoints, {}, params, run="dapo", step=20, shard=0
+    )
+
+
+@case("generation-vllm-not-installed")
+def _(t: Ctx) -> Expect:
+    _, call = vllm_shard(t)
+    t.monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
+    return Expect(call, ConfigError, ("generation.backend is 'vllm'", "hed[vllm]", "backend: hf"))
+
+
+@case("generation-vllm-architecture")
+def _(t: Ctx) -> Expect:
+    folder, call = vllm_shard(t, architecture="NotARealModelForCausalLM")
+    return Expect(
+        call,
+        CheckpointError,
+        (str(folder), "NotARealModelForCausalLM", "not supported by vLLM", "backend: hf"),
+    )
+
+
+@case("generation-vllm-prompt-too-long")
+def _(t: Ctx) -> Expect:
+    _, call = vllm_shard(t, vllm={"max_model_len": 16})
+    return Expect(
+        call,
+        ConfigError,
+        ("prompt_index 0", "max_new_tokens = 8", "generation.vllm.max_model_len >=", "got 16"),
+    )
+
+
+@case("generation-vllm-kv-cache")
+def _(t: Ctx) -> Expect:
+    _, call = vllm_shard(t, vllm={"kv_cache_memory_bytes": 1 << 20, "max_model_len": 1024})
+    return Expect(
+        call,
+        ConfigError,
+        ("KV cache", "max_model_len = 1024", "kv_cache_memory_bytes = 1048576"),
     )
 
 

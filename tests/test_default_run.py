@@ -39,11 +39,24 @@ def default_project(tmp_path_factory, smollm2_dir) -> Path:
     return project
 
 
-def test_shard_records_have_the_contract_schema_and_ranges(default_project, tokenizer):
+@pytest.fixture(scope="session", params=["hf", "vllm"])
+def demo_project(request, tmp_path_factory, smollm2_dir) -> Path:
+    """The demo chain with each generation backend (vllm: `kedro run --params ...backend=vllm`)."""
+    if request.param == "hf":
+        return request.getfixturevalue("default_project")
+    project = copy_project(tmp_path_factory.mktemp("vllm_project"), smollm2_dir)
+    flat = [
+        f"{section}.{key}={value}"
+        for section, values in RUNTIME_PARAMS.items()
+        for key, value in values.items()
+    ]
+    run_kedro_cli(project, "run", "--params", ",".join([*flat, "generation.backend=vllm"]))
+    return project
+
+
+def test_shard_records_have_the_contract_schema_and_ranges(demo_project, tokenizer):
     files = [
-        latest(
-            default_project / f"data/02_intermediate/token_records/{RUN}/step_0/shard_{k}.parquet"
-        )
+        latest(demo_project / f"data/02_intermediate/token_records/{RUN}/step_0/shard_{k}.parquet")
         for k in range(2)
     ]
     tables = [pq.read_table(f) for f in files]
@@ -70,15 +83,15 @@ def test_shard_records_have_the_contract_schema_and_ranges(default_project, toke
         assert not specials[:-1].any()
 
 
-def test_sequences_match_records(default_project):
+def test_sequences_match_records(demo_project):
     seqs = pq.read_table(
-        latest(default_project / f"data/03_primary/token_records/{RUN}/step_0.sequences.parquet")
+        latest(demo_project / f"data/03_primary/token_records/{RUN}/step_0.sequences.parquet")
     )
     assert seqs.schema.equals(SEQUENCE_SCHEMA, check_metadata=False)
     seqs = seqs.to_pandas()
     assert len(seqs) == 6 * 2
     merged = pq.read_table(
-        latest(default_project / f"data/03_primary/token_records/{RUN}/step_0.parquet"),
+        latest(demo_project / f"data/03_primary/token_records/{RUN}/step_0.parquet"),
         columns=["prompt_index", "sample_index"],
     ).to_pandas()
     counts = merged.groupby(["prompt_index", "sample_index"]).size()
@@ -88,8 +101,8 @@ def test_sequences_match_records(default_project):
         assert row.correct in (True, False)  # every demo prompt has an answer
 
 
-def test_threshold_and_set_recomputed_independently_with_numpy(default_project):
-    merged_path = latest(default_project / f"data/03_primary/token_records/{RUN}/step_0.parquet")
+def test_threshold_and_set_recomputed_independently_with_numpy(demo_project):
+    merged_path = latest(demo_project / f"data/03_primary/token_records/{RUN}/step_0.parquet")
     merged = pq.read_table(merged_path)
     assert merged.schema.equals(MERGED_TOKEN_RECORD_SCHEMA, check_metadata=False)
     frame = merged.select(
@@ -118,22 +131,40 @@ def test_threshold_and_set_recomputed_independently_with_numpy(default_project):
         )
     )
     assert got == expected
-    thresholds = pd.read_csv(latest(default_project / "data/04_feature/entropy_thresholds.csv"))
+    thresholds = pd.read_csv(latest(demo_project / "data/04_feature/entropy_thresholds.csv"))
     row = thresholds[(thresholds["run"] == RUN) & (thresholds["step"] == 0)].iloc[0]
     assert row["n_tokens"] == n
     assert row["n_high_entropy"] == k
     assert np.float32(row["threshold"]) == chosen["entropy"].min()
 
 
-def test_generated_pass1_is_the_mean_of_correct(default_project):
+def test_generated_pass1_is_the_mean_of_correct(demo_project):
     seqs = pq.read_table(
-        latest(default_project / f"data/03_primary/token_records/{RUN}/step_0.sequences.parquet")
+        latest(demo_project / f"data/03_primary/token_records/{RUN}/step_0.sequences.parquet")
     ).to_pandas()
     expected = seqs["correct"].astype(float).mean()
-    pass1 = pd.read_csv(latest(default_project / "data/04_feature/pass1.csv"))
+    pass1 = pd.read_csv(latest(demo_project / "data/04_feature/pass1.csv"))
     row = pass1[(pass1["run"] == RUN) & (pass1["step"] == 0) & (pass1["source"] == "generated")]
     assert len(row) == 1
     assert row["pass1"].iloc[0] == pytest.approx(expected, abs=1e-12)
+
+
+def test_shards_record_the_backend_and_its_version(demo_project, request):
+    import json
+
+    backend = request.node.callspec.params["demo_project"]
+    path = latest(demo_project / f"data/02_intermediate/token_records/{RUN}/step_0/shard_0.parquet")
+    recorded = json.loads(pq.read_schema(path).metadata[b"hed.generation"])
+    assert recorded["backend"]["name"] == backend
+    if backend == "vllm":
+        import vllm
+
+        assert recorded["backend"]["version"] == vllm.__version__
+        assert recorded["backend"]["settings"]["max_model_len"] is None
+    else:
+        import transformers
+
+        assert recorded["backend"]["version"] == transformers.__version__
 
 
 def test_both_figures_written(default_project):

@@ -11,6 +11,8 @@ Compared — they change which tokens are sampled or what a record holds:
 
 * ``generation.samples_per_prompt``, ``temperature``, ``top_p``, ``top_k``,
   ``max_new_tokens``, ``seed``, ``top_prob_k``;
+* ``generation.backend`` (``hf`` or ``vllm``: the two samplers draw other tokens from the
+  same distribution, so shards of one backend are not a continuation of the other's);
 * ``generation.dtype`` (``by_device`` is resolved for the device the shard ran on: bfloat16
   on CUDA and on CPUs with native bfloat16, float32 on other CPUs; ``auto`` to the
   checkpoint's own dtype);
@@ -30,7 +32,9 @@ Not compared — recorded for the audit trail only:
   batch size are an equally valid sample of the same distribution, and lowering the batch
   size is the usual fix for an out-of-memory resume, which must not invalidate finished
   shards. Keep it fixed for bit-identical reruns.
-* the device (``cuda`` / ``cpu``), ``torch_threads``, ``log_every_s``, ``hed_version``.
+* the device (``cuda`` / ``cpu``), ``torch_threads``, ``log_every_s``, ``hed_version``, the
+  backend's version (transformers or vLLM) and ``generation.vllm`` (engine settings: memory,
+  ``max_model_len``, ``max_num_seqs``, eager mode and prefix caching change only speed).
 * ``generation.num_shards``, ``run``, ``step`` and ``shard`` are checked separately (the
   shard's place in the step).
 """
@@ -167,6 +171,11 @@ def _stale_sampling(recorded: dict[str, Any], generation: dict[str, Any]) -> Sta
     for name, then, now in pairs:
         if not _same_number(then, now):
             return _field(f"generation.{name}", then, now)
+    backend = recorded.get("backend")
+    if isinstance(backend, dict) and "name" in backend:
+        now = generation.get("backend", "hf")
+        if backend["name"] != now:
+            return _field("generation.backend", backend["name"], now)
     if "dtype" in recorded:
         device = str(recorded.get("device", "cpu"))
         configured = generation.get("dtype", "by_device")

@@ -512,6 +512,29 @@ def test_stale_token_records_next_to_current_sequences_are_refused(tmp_path):
     )
 
 
+@pytest.mark.parametrize(("then", "now"), [("hf", "vllm"), ("vllm", "hf")])
+def test_shard_made_with_another_backend_is_refused(tmp_path, then, now):
+    recorded = {**RECORDED, "backend": {"name": then, "version": "0.32.0"}}
+    records, sequences = current_shards(tmp_path, recorded=recorded)
+    run_checks(records, sequences, generation={**GENERATION, "backend": then})  # current
+    with pytest.raises(InputDataError) as exc:
+        run_checks(records, sequences, generation={**GENERATION, "backend": now})
+    message = one_line(exc)
+    assert f"generation.backend was '{then}' when it was generated but is '{now}' now" in message
+    assert message.endswith(f"or set generation.backend: '{then}'")
+
+
+def test_backend_version_and_engine_settings_are_not_compared(tmp_path):
+    recorded = {
+        **RECORDED,
+        "backend": {"name": "vllm", "version": "0.31.0", "settings": {"max_num_seqs": 8}},
+    }
+    records, sequences = current_shards(tmp_path, recorded=recorded)
+    generation = {**GENERATION, "backend": "vllm", "vllm": {"max_num_seqs": 256}}
+    checked, _ = run_checks(records, sequences, generation=generation)
+    assert len(checked) == len(RESPONSES)
+
+
 def test_parameters_that_do_not_shape_the_records_are_not_compared(tmp_path):
     records, sequences = current_shards(tmp_path)
     unchanged = run_checks(records, sequences)

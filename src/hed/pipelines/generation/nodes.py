@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from typing import Any
@@ -169,8 +170,11 @@ def generate_shard(
     Loads the checkpoint of (``run``, ``step``), takes the prompts with
     ``prompt_index % num_shards == shard``, samples ``samples_per_prompt`` responses each and
     records per token the exact decode-time entropy (nats), logprob, prob and top-k of
-    softmax(z / T) over the full vocabulary (:mod:`hed.recording`), its text and whether it is
-    special; responses are graded with math-verify when the prompt has an answer.
+    softmax(z / T) over the full vocabulary, its text and whether it is special; responses are
+    graded with math-verify when the prompt has an answer. ``generation.backend`` picks the
+    sampler: ``hf`` (transformers ``generate``, :mod:`hed.recording`) or ``vllm`` (one vLLM
+    engine started and shut down inside this call, :mod:`hed.vllm_backend`); both yield the
+    same per-sequence records.
 
     Crash-safe: finished sequences go to the shard's partial area ``parts`` as they complete
     (one part per batch); a rerun with the same generation metadata and checkpoint keeps them
@@ -192,14 +196,19 @@ def generate_shard(
         both with the generation parameters in the Parquet metadata key ``hed.generation``
         (run, step, shard, num_shards, samples_per_prompt, the effective sampling parameters,
         dtype, device, the checkpoint fingerprint, the shard's prompt ids and the effective
-        chat-template settings; aggregation refuses shards whose record-shaping values are no
-        longer current, :mod:`hed.shard_metadata`).
+        chat-template settings, the backend with its version (and vLLM's engine settings);
+        aggregation refuses shards whose record-shaping values are no longer current,
+        :mod:`hed.shard_metadata`).
 
     Raises:
-        ConfigError: the step is not in ``checkpoints`` or a sampling parameter is invalid.
-        CheckpointError: the model cannot be loaded.
+        ConfigError: the step is not in ``checkpoints``, a sampling parameter is invalid, or
+            (vllm) vLLM is not installed, a prompt exceeds ``max_model_len``, the KV cache
+            does not fit.
+        CheckpointError: the model cannot be loaded (vllm: or its architecture is not one
+            vLLM implements).
     """
     import torch
+    import transformers
 
     from hed.progress import ShardProgress
     from hed.recording import (
@@ -216,6 +225,7 @@ def generate_shard(
         raise ConfigError(
             f"no checkpoint resolved for run {run!r} step {step}: rerun `resolve_checkpoints`"
         )
+    backend = generation_backend(params)
     num_shards = int(params["num_shards"])
     samples = int(params["samples_per_prompt"])
     mine = prompts[prompts["prompt_index"] % num_shards == shard]
@@ -227,6 +237,21 @@ def generate_shard(
     label = f"{run}.step_{step}.shard_{shard}"
     answers = dict(zip(mine["prompt_index"].astype(int), mine["answer"], strict=True))
     ids_of = dict(zip(mine["prompt_index"].astype(int), mine["prompt_id"], strict=True))
+    if backend == "vllm":
+        from hed.vllm_backend import open_vllm_backend
+
+        tokenizer, eos_ids, generate_with, backend_record = open_vllm_backend(
+            entry["model_dir"], params.get("vllm"), dtype=dtype, device=device
+        )
+        model_config = transformers.AutoConfig.from_pretrained(entry["model_dir"])
+    else:
+        model, tokenizer = load_model_and_tokenizer(
+            entry["model_dir"], dtype=dtype_name_of(dtype), device=device
+        )
+        eos_ids = checkpoint_eos_token_ids(model, tokenizer)
+        generate_with = functools.partial(generate_sequences, model, tokenizer)
+        backend_record = {"name": "hf", "version": transformers.__version__}
+        model_config = model.config
     generation_metadata = {
         "run": run,
         "step": step,
@@ -240,11 +265,8 @@ def generate_shard(
         "prompt_ids": sorted(set(ids_of.values())),
         "chat_template": chat_template_settings(prompt_params),
         "hed_version": hed.__version__,
+        "backend": backend_record,
     }
-    model, tokenizer = load_model_and_tokenizer(
-        entry["model_dir"], dtype=dtype_name_of(dtype), device=device
-    )
-    eos_ids = checkpoint_eos_token_ids(model, tokenizer)
     inputs = [
         PromptInput(
             prompt_index=int(row.prompt_index),
@@ -259,7 +281,7 @@ def generate_shard(
             for p in inputs
         },
         sampling.max_new_tokens,
-        getattr(model.config, "max_position_embeddings", None),
+        getattr(model_config, "max_position_embeddings", None),
         entry["model_dir"],
     )
     special_ids = np.array(sorted(set(tokenizer.all_special_ids) | set(eos_ids)), dtype=np.int32)
@@ -270,9 +292,7 @@ def generate_shard(
         progress = ShardProgress(
             label, len(inputs) * samples - len(kept), params.get("log_every_s")
         )
-        return generate_sequences(
-            model, tokenizer, inputs, samples, sampling, eos_ids, progress=progress, skip=kept
-        )
+        return generate_with(inputs, samples, sampling, eos_ids, progress=progress, skip=kept)
 
     if parts is None:
         sequences, n_kept = list(generate(set())), 0
@@ -296,6 +316,24 @@ def generate_shard(
 def dtype_name_of(dtype: Any) -> str:
     """``torch.bfloat16`` → ``"bfloat16"``."""
     return str(dtype).removeprefix("torch.")
+
+
+#: ``generation.backend`` values: transformers ``generate`` or a vLLM engine.
+BACKENDS = ("hf", "vllm")
+
+
+def generation_backend(params: dict[str, Any]) -> str:
+    """``generation.backend`` (absent: ``hf``), validated.
+
+    Raises:
+        ConfigError: not one of :data:`BACKENDS`.
+    """
+    backend = params.get("backend", "hf")
+    if backend not in BACKENDS:
+        raise ConfigError(
+            f"generation.backend must be one of {', '.join(BACKENDS)}, got {backend!r}"
+        )
+    return backend
 
 
 def sampling_params_from(params: dict[str, Any]):

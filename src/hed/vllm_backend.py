@@ -615,7 +615,7 @@ def open_vllm_backend(
     eos_ids = eos_token_ids_of(model_dir, tokenizer)
     dtype_name = str(dtype).removeprefix("torch.")
 
-    def generate(prompts, samples_per_prompt, params, eos_token_ids, progress=None, skip=None):
+    def generate(prompts, samples_per_prompt, params, eos_token_ids, *, progress=None, skip=None):
         return generate_sequences_vllm(
             model_dir,
             tokenizer,

@@ -173,3 +173,26 @@ def test_prompt_set_warns_about_an_unparseable_reference(caplog):
         f"prompt file math.jsonl, source_row 1 (prompt_index {bad}): math-verify cannot parse "
         "the reference answer '\\\\text{}'; its responses stay ungraded (correct = null)"
     ]
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "so $0.5 = 2^{5101551295342961622253}$",  # a real vLLM response's ending on the demo
+        "x = 3**12345678",
+        "$\\boxed{10^{ 99999999999 }}$",
+    ],
+)
+def test_runaway_powers_are_not_computed_and_grade_false(response):
+    # sympy would compute them exactly (the first was killed at 24 GB); no answer is one
+    import time
+
+    started = time.monotonic()
+    grade = grade_response(response, "3")
+    assert time.monotonic() - started < 5
+    assert grade.correct is False
+
+
+def test_ordinary_powers_still_grade():
+    assert grade_response("$\\boxed{2^{10}}$", "1024").correct is True
+    assert grade_response("The answer is $\\boxed{7}$, since 2^{99999999} is big.", "7").correct

@@ -171,7 +171,7 @@ NUM_SHARDS = SMALL_STEP["generation"]["num_shards"]
 #: ``kedro run`` arguments of the generation on two CPU worker processes (docs/running.md).
 GPU_RUNNER_GENERATION = (
     "run",
-    "--pipeline",
+    "--pipelines",
     "generation",
     "--runner",
     "hed.runners.GPURunner",

@@ -17,7 +17,6 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from hed import compute_dtype
 from hed.shard_metadata import GENERATION_METADATA_KEY
 
 from .project_copy import NUM_SHARDS, SMALL_STEP, FileState
@@ -49,7 +48,7 @@ def test_shards_record_the_configuration_and_no_timestamp(uninterrupted_small_st
     recorded = json.loads(_table(state).schema.metadata[GENERATION_METADATA_KEY])
     assert recorded["sampling"]["max_new_tokens"] == SMALL_STEP["generation"]["max_new_tokens"]
     assert recorded["sampling"]["seed"] == 0
-    expected = (compute_dtype.cpu_dtype_name(), "cpu", 4)  # by_device on this CPU
+    expected = ("float32", "cpu", 4)  # SMALL_STEP pins float32 (by_device would vary by CPU)
     assert (recorded["dtype"], recorded["device"], recorded["num_shards"]) == expected
     assert len(recorded["prompt_ids"]) == SMALL_STEP["prompts"]["num_prompts"] // NUM_SHARDS
     assert not {"time", "timestamp", "created", "date"} & set(recorded)

@@ -39,20 +39,30 @@ def s3_server():
 
 
 def write_object_store_env(project: Path, root: str) -> dict[str, str]:
-    """Write ``conf/<ENV>/catalog.yml``: every ``data/...`` filepath of base under ``root``.
+    """Write ``conf/<ENV>/``: ``globals.yml`` with ``data_root: <root>/data`` (every dataset of
+    base moves there, as docs/ray.md says) and a catalog that reads the prompt file from
+    there too (base's demo prompt file is a fixed local path).
 
     Returns:
         catalog name → the URL it now has.
     """
-    base = yaml.safe_load((project / "conf/base/catalog.yml").read_text())
-    catalog = {}
-    for name, entry in base.items():
-        if name.startswith("_") or not str(entry.get("filepath", "")).startswith("data/"):
-            continue
-        catalog[name] = {**entry, "filepath": f"{root}/{entry['filepath']}"}
+    from kedro.config import OmegaConfigLoader
+
     (project / "conf" / ENV).mkdir()
-    (project / "conf" / ENV / "catalog.yml").write_text(yaml.safe_dump(catalog, sort_keys=False))
-    return {name: entry["filepath"] for name, entry in catalog.items()}
+    (project / "conf" / ENV / "globals.yml").write_text(f"data_root: {root}/data\n")
+    base = yaml.safe_load((project / "conf/base/catalog.yml").read_text())
+    prompts = {**base["raw_prompts"], "filepath": f"{root}/data/01_raw/prompts/demo_math.jsonl"}
+    (project / "conf" / ENV / "catalog.yml").write_text(
+        yaml.safe_dump({"raw_prompts": prompts}, sort_keys=False)
+    )
+    loader = OmegaConfigLoader(
+        str(project / "conf"), base_env="base", default_run_env="local", env=ENV
+    )
+    return {
+        name: entry["filepath"]
+        for name, entry in loader["catalog"].items()
+        if not name.startswith("_") and "filepath" in entry
+    }
 
 
 @pytest.fixture(scope="module")

@@ -405,7 +405,7 @@ def test_token_report_replots_without_the_checkpoints(study):
     re-plotted with the checkpoint folders gone it shows the same responses, naming sampled
     ids from the records' token_text and saying so."""
     project, checkpoints, _ = study
-    report = project / "data/08_reporting/token_report/token_report.html"
+    report = project / DATA_ROOT / "08_reporting/token_report/token_report.html"
     first = _token_report_data(versions(report)[0])
     assert [r["run"] for r in first["runs"]] == sorted(RUNS)
     for run in first["runs"]:

@@ -115,7 +115,10 @@ def _data_root(context: KedroContext) -> str:
         root = context.config_loader["globals"].get("data_root")
     except MissingConfigException:
         root = None
-    return str(Path(context.project_path) / (root or layout.DEFAULT_DATA_ROOT))
+    root = str(root or layout.DEFAULT_DATA_ROOT)
+    if "://" in root:  # an object store (s3://, gs://): a URL, not a project folder
+        return root
+    return str(Path(context.project_path) / root)
 
 
 def check_env_exists(context: KedroContext) -> None:

@@ -21,6 +21,7 @@ import atexit
 import json
 import logging
 import os
+import re
 import shlex
 import socket
 import sys
@@ -59,6 +60,17 @@ def _describe(holder: dict[str, Any]) -> str:
     )
 
 
+def local_folder(data_root: str | Path) -> Path:
+    """Where the lock and owner files of ``data_root`` live: the root itself when it is a
+    local (or shared, NFS) folder; for an object-store root (``s3://``, ``gs://``), which has
+    no exclusive create, a folder ``.hed_locks/<root>`` in the project (so the lock guards
+    the runs of one checkout, not of several machines: docs/ray.md)."""
+    text = str(data_root)
+    if "://" not in text:
+        return Path(text)
+    return Path(".hed_locks") / re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
 def acquire(data_root: str | Path, env: str) -> Path:
     """Take the lock of ``data_root`` for this process.
 
@@ -73,7 +85,7 @@ def acquire(data_root: str | Path, env: str) -> Path:
         RunLockedError: a live run (this host) or a run on another host holds the lock; the
             message names it, and the file to delete if that run is gone.
     """
-    root = Path(data_root)
+    root = local_folder(data_root)
     root.mkdir(parents=True, exist_ok=True)
     path = root / LOCK_NAME
     me = {
@@ -110,7 +122,7 @@ def acquire(data_root: str | Path, env: str) -> Path:
 
 def release(data_root: str | Path) -> None:
     """Remove ``data_root``'s lock if this process holds it (else leave it)."""
-    path = Path(data_root) / LOCK_NAME
+    path = local_folder(data_root) / LOCK_NAME
     holder = _read(path)
     if holder is not None and holder.get("pid") == os.getpid():
         path.unlink(missing_ok=True)
@@ -138,7 +150,7 @@ def claim_root(data_root: str | Path, env: str) -> None:
         ConfigError: ``<data_root>`` was written by environment ``<other>``; names the
             ``globals.yml`` to edit.
     """
-    root = Path(data_root)
+    root = local_folder(data_root)
     owner_file = root / OWNER_NAME
     try:
         owner = owner_file.read_text(encoding="utf-8").strip()

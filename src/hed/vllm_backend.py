@@ -29,11 +29,13 @@ order).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
 import numbers
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -259,6 +261,32 @@ def engine_arguments(
     return arguments
 
 
+@contextlib.contextmanager
+def _modules_with_context_proxies_hidden() -> Iterator[None]:
+    """Hide, while vLLM starts, the loaded modules that hold context-bound proxies.
+
+    vLLM's CPU platform rebinds Triton kernels by scanning every attribute of every module in
+    ``sys.modules`` with ``hasattr(value, "__dict__")``; a werkzeug ``LocalProxy`` outside its
+    context (``flask.current_app``, which Kedro's ``dynaconf`` imports whenever Flask is
+    installed) raises ``RuntimeError`` there instead of answering, and the engine fails to
+    start. Such modules hold no Triton kernel, so the scan may skip them.
+    """
+    hidden = {
+        name: module
+        for name, module in list(sys.modules.items())
+        if any(
+            type(value).__name__ == "LocalProxy"  # type(): the proxy itself is never touched
+            for value in list(getattr(module, "__dict__", {}).values())
+        )
+    }
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
+
+
 def start_engine(arguments: dict[str, Any], logits_processors: Sequence[type] = ()):
     """Start ``vllm.LLM(**arguments)`` in this process, errors made one line.
 
@@ -268,7 +296,8 @@ def start_engine(arguments: dict[str, Any], logits_processors: Sequence[type] = 
     """
     vllm = import_vllm()
     try:
-        return vllm.LLM(**arguments, logits_processors=list(logits_processors))
+        with _modules_with_context_proxies_hidden():
+            return vllm.LLM(**arguments, logits_processors=list(logits_processors))
     except (ValueError, RuntimeError) as error:
         text = " ".join(str(error).split())
         if "KV cache" in text or "kv cache" in text or "memory" in text.lower():

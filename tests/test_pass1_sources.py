@@ -52,7 +52,7 @@ def offline_run(tmp_path_factory) -> Path:
     Validation is logged in its own ``log`` call (as many trainers do), so W&B's ``_step``
     (one per call) differs from ``training/global_step``.
     """
-    wandb = pytest.importorskip("wandb")
+    import wandb
     root = tmp_path_factory.mktemp("wandb_offline")
     with pytest.MonkeyPatch.context() as mp:
         for name, value in {
@@ -516,7 +516,7 @@ def test_step_key_less_rows_are_dropped_when_wandb_step_is_another_counter(caplo
 @pytest.fixture(scope="module")
 def verl_offline_run(tmp_path_factory) -> Path:
     """A real offline W&B run logged the way verl logs (step=global_steps, step 0 without key)."""
-    wandb = pytest.importorskip("wandb")
+    import wandb
     root = tmp_path_factory.mktemp("wandb_verl")
     with pytest.MonkeyPatch.context() as mp:
         for name, value in {

@@ -159,6 +159,8 @@ def check_declared_root(data_root: str | Path, env: str, conf: Path, project: Pa
     def resolved(root: str) -> str:
         return root if "://" in root else str((project / root).resolve())
 
+    if (local_folder(data_root) / OWNER_NAME).exists():
+        return  # written already: claim_root names its owner
     mine = resolved(str(data_root))
     for folder in sorted(p for p in conf.iterdir() if p.is_dir()):
         other = folder.name

@@ -1784,6 +1784,22 @@ def _(t: Ctx) -> Expect:
     )
 
 
+@case("runner-data-root-declared-by-another-env")
+def _(t: Ctx) -> Expect:
+    # a copy of conf/qae_repro that kept its data_root, on a clone where qae_repro never ran:
+    # nothing owns data/qae_repro yet, but qae_repro declares it
+    from hed.run_lock import check_declared_root
+
+    conf = t.tmp / "conf"
+    for env in ("qae_repro", "my_study"):
+        write_text(conf / env / "globals.yml", "data_root: data/qae_repro\n")
+    return Expect(
+        lambda: check_declared_root(t.tmp / "data" / "qae_repro", "my_study", conf, t.tmp),
+        ConfigError,
+        ("conf/qae_repro/globals.yml", "data_root: data/my_study", "conf/my_study/globals.yml"),
+    )
+
+
 @case("runner-unknown-pipeline")
 def _(t: Ctx) -> Expect:
     from hed.pipeline_registry import check_requested_pipelines

@@ -46,6 +46,7 @@ def test_valid_parameters_pass_and_only_the_sections_read_are_checked():
         ({"reporting": {**REPORTING, "strict": "false"}}, "reporting.strict"),
         ({"generation": {**GENERATION, "temperature": 0}}, "generation.temperature"),
         ({"generation": {**GENERATION, "dtype": "fp8"}}, "generation.dtype"),
+        ({"generation": {**GENERATION, "backend": "vlm"}}, "generation.backend"),
         ({"runs": {"r": {"role": "clipped", "checkpoint_root": "x", "steps": [0]}}}, "role"),
         ({"runs": {"r": {"role": "single", "checkpoint_root": "x", "steps": -1}}}, "steps"),
     ],

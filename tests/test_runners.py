@@ -84,6 +84,19 @@ def test_gpu_ids_without_cuda_are_kept_but_warned_about(monkeypatch, caplog):
     assert "no CUDA device" not in caplog.text
 
 
+def test_an_id_that_is_neither_an_index_nor_a_uuid_is_refused_where_cuda_is(monkeypatch):
+    # CUDA_VISIBLE_DEVICES=abc hides every GPU: the node would run on CPU, for hours
+    monkeypatch.setattr(runners, "visible_gpus", lambda: ["0", "1"])
+    with pytest.raises(
+        ConfigError, match=r"gpus=abc names 'abc', which is neither a GPU index nor a UUID"
+    ):
+        resolve_slots("abc")
+    assert resolve_slots("GPU-5f1c:MIG-1a2b") == [
+        Slot("GPU GPU-5f1c", "GPU-5f1c"),
+        Slot("GPU MIG-1a2b", "MIG-1a2b"),
+    ]
+
+
 def test_without_cuda_the_default_is_one_cpu_worker():
     if runners.visible_gpus():
         pytest.skip("this machine has a CUDA device")

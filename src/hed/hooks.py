@@ -79,6 +79,7 @@ class ProjectHooks:
         )
         layout.activate(parameters)
         layout.activate_data_root(_data_root(context))
+        self._conf = (conf_source, Path(context.project_path))
         export_wandb_api_key(_credentials(context))
 
     @hook_impl
@@ -89,6 +90,8 @@ class ProjectHooks:
         if run_params.get("only_missing_outputs"):
             check_reused_shards(pipeline, catalog)
         env = env_label(run_params.get("env"))
+        if getattr(self, "_conf", None):
+            run_lock.check_declared_root(layout.data_root(), env, *self._conf)
         run_lock.claim_root(layout.data_root(), env)
         run_lock.acquire(layout.data_root(), env)
 

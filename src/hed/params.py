@@ -426,6 +426,7 @@ def generation_params(value: Any) -> GenerationParams:
     num_shards = positive_int(raw.get("num_shards", 1), "generation.num_shards")
     sampling = sampling_params(raw)
     dtype_name(raw.get("dtype"), "cpu")  # the name only: no checkpoint is read before the run
+    generation_backend(raw)
     return GenerationParams(
         num_shards=num_shards,
         samples_per_prompt=raw["samples_per_prompt"],
@@ -433,6 +434,24 @@ def generation_params(value: Any) -> GenerationParams:
         dtype=str(raw.get("dtype") or "by_device"),
         raw=raw,
     )
+
+
+#: ``generation.backend`` values: transformers ``generate`` or a vLLM engine.
+BACKENDS = ("hf", "vllm")
+
+
+def generation_backend(params: Mapping[str, Any]) -> str:
+    """``generation.backend`` (absent: ``hf``), validated.
+
+    Raises:
+        ConfigError: not one of :data:`BACKENDS`.
+    """
+    backend = params.get("backend", "hf")
+    if backend not in BACKENDS:
+        raise ConfigError(
+            f"generation.backend must be one of {', '.join(BACKENDS)}, got {backend!r}"
+        )
+    return backend
 
 
 def sampling_params(params: Mapping[str, Any]):

@@ -139,6 +139,47 @@ def _read(path: Path) -> dict[str, Any] | None:
     return holder if isinstance(holder, dict) else None
 
 
+def check_declared_root(data_root: str | Path, env: str, conf: Path, project: Path) -> None:
+    """Refuse a data root that another environment's ``globals.yml`` declares as its own.
+
+    :func:`claim_root` catches a root another environment has *written*; this catches the
+    copy of ``conf/qae_repro`` that kept ``data_root: data/qae_repro`` before either ran.
+
+    Args:
+        data_root: this environment's data root (absolute, or a URL).
+        env: its label (``base`` for the default environment).
+        conf: the project's configuration folder (``conf``).
+        project: the project folder (relative roots resolve against it).
+
+    Raises:
+        ConfigError: names the other environment's ``globals.yml`` and the one to edit.
+    """
+    import yaml
+
+    def resolved(root: str) -> str:
+        return root if "://" in root else str((project / root).resolve())
+
+    if (local_folder(data_root) / OWNER_NAME).exists():
+        return  # written already: claim_root names its owner
+    mine = resolved(str(data_root))
+    for folder in sorted(p for p in conf.iterdir() if p.is_dir()):
+        other = folder.name
+        if other in (env, "local") or (other == "base" and env == "base"):
+            continue
+        try:
+            declared = yaml.safe_load((folder / "globals.yml").read_text(encoding="utf-8")) or {}
+        except (FileNotFoundError, yaml.YAMLError):
+            continue
+        root = declared.get("data_root") if isinstance(declared, dict) else None
+        if root and resolved(str(root)) == mine:
+            raise ConfigError(
+                f"data root {data_root} is the data root of environment {other} "
+                f"({conf.name}/{other}/globals.yml) but this run is environment {env}: set "
+                f"`data_root: data/{env}` in {conf.name}/{env}/globals.yml so the two do not "
+                f"read and overwrite each other's data"
+            )
+
+
 def claim_root(data_root: str | Path, env: str) -> None:
     """Record ``env`` as the owner of ``data_root``, or refuse a root another one owns.
 

@@ -282,6 +282,15 @@ def resolve_slots(gpus: GpuSpec = None, cpu_workers: int = 1) -> list[Slot]:
             raise ConfigError(
                 f"GPURunner: gpus={gpus!r} is not a list of GPU ids; write one of {GPU_SPELLINGS}"
             )
+    if ids and visible_gpus():
+        # CUDA_VISIBLE_DEVICES=abc hides every GPU: the node would silently run on CPU
+        for item in ids:
+            if not re.fullmatch(r"\d+|(GPU|MIG)-[0-9A-Za-z/-]+", item):
+                raise ConfigError(
+                    f"GPURunner: gpus={gpus} names {item!r}, which is neither a GPU index nor a "
+                    f"UUID (GPU-..., MIG-...): CUDA would hide every GPU from the node; write "
+                    f"one of {GPU_SPELLINGS}"
+                )
     if ids:
         if not isinstance(gpus, int) and gpus is not None and not visible_gpus():
             logger.warning(

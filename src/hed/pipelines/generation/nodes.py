@@ -17,7 +17,7 @@ from hed.embedded import ensure_embedded_checkpoint
 from hed.errors import ConfigError, InputDataError
 from hed.grading import grade_response, normalise_reference, reference_parses
 from hed.layout import layout_from_params
-from hed.params import integer, sampling_params
+from hed.params import generation_backend, integer, sampling_params
 from hed.prompts import (
     PROMPT_COLUMNS,
     check_context_length,
@@ -316,24 +316,6 @@ def generate_shard(
 def dtype_name_of(dtype: Any) -> str:
     """``torch.bfloat16`` → ``"bfloat16"``."""
     return str(dtype).removeprefix("torch.")
-
-
-#: ``generation.backend`` values: transformers ``generate`` or a vLLM engine.
-BACKENDS = ("hf", "vllm")
-
-
-def generation_backend(params: dict[str, Any]) -> str:
-    """``generation.backend`` (absent: ``hf``), validated.
-
-    Raises:
-        ConfigError: not one of :data:`BACKENDS`.
-    """
-    backend = params.get("backend", "hf")
-    if backend not in BACKENDS:
-        raise ConfigError(
-            f"generation.backend must be one of {', '.join(BACKENDS)}, got {backend!r}"
-        )
-    return backend
 
 
 def sampling_params_from(params: dict[str, Any]):

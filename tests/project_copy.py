@@ -30,6 +30,27 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RUN = "smollm2_demo"
 
 
+def _tracked_conf_envs() -> set[str] | None:
+    """The environment folders of ``conf/`` that git tracks (None outside a git checkout)."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "conf"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return {Path(path).parts[1] for path in listed if len(Path(path).parts) > 2}
+
+
+def _untracked_conf(folder: str, names: list[str]) -> set[str]:
+    """What a fresh clone's ``conf/`` lacks: credentials, and a user's own study folders
+    (``conf/my_study/`` made by following the README must not leak into test projects)."""
+    skipped = {name for name in names if name.startswith("credentials")}
+    tracked = _tracked_conf_envs()
+    if Path(folder) == REPO_ROOT / "conf" and tracked is not None:
+        skipped |= {n for n in names if (Path(folder) / n).is_dir() and n not in tracked}
+    return skipped
+
+
 def copy_project(dest: Path, smollm2_dir: Path) -> Path:
     """Copy what a fresh clone has (conf, demo prompts, pyproject) and link the cached model.
 
@@ -41,7 +62,7 @@ def copy_project(dest: Path, smollm2_dir: Path) -> Path:
         ``dest``, a Kedro project whose run ``smollm2_demo`` step 0 is the linked model.
     """
     ignore = shutil.ignore_patterns
-    shutil.copytree(REPO_ROOT / "conf", dest / "conf", ignore=ignore("credentials*"))
+    shutil.copytree(REPO_ROOT / "conf", dest / "conf", ignore=_untracked_conf)
     (dest / "data" / "01_raw" / "prompts").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "data/01_raw/prompts/demo_math.jsonl", dest / "data/01_raw/prompts/")
     shutil.copy(REPO_ROOT / "pyproject.toml", dest / "pyproject.toml")

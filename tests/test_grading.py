@@ -196,3 +196,11 @@ def test_runaway_powers_are_not_computed_and_grade_false(response):
 def test_ordinary_powers_still_grade():
     assert grade_response("$\\boxed{2^{10}}$", "1024").correct is True
     assert grade_response("The answer is $\\boxed{7}$, since 2^{99999999} is big.", "7").correct
+
+
+def test_an_empty_box_is_no_answer_even_when_the_question_evaluates_to_it():
+    # a real vLLM demo response: the restated question 100 - 37 was read as the answer 63
+    response = "100 - 37 = ?\nThe final answer is \\boxed{}."
+    grade = grade_response(response, "63")
+    assert (grade.extracted_answer, grade.correct) == (None, False)
+    assert grade_response("so 100 - 37 = 63. The answer is 63", "63").correct is True

@@ -53,6 +53,7 @@ def offline_run(tmp_path_factory) -> Path:
     (one per call) differs from ``training/global_step``.
     """
     import wandb
+
     root = tmp_path_factory.mktemp("wandb_offline")
     with pytest.MonkeyPatch.context() as mp:
         for name, value in {
@@ -517,6 +518,7 @@ def test_step_key_less_rows_are_dropped_when_wandb_step_is_another_counter(caplo
 def verl_offline_run(tmp_path_factory) -> Path:
     """A real offline W&B run logged the way verl logs (step=global_steps, step 0 without key)."""
     import wandb
+
     root = tmp_path_factory.mktemp("wandb_verl")
     with pytest.MonkeyPatch.context() as mp:
         for name, value in {

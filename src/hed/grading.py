@@ -40,6 +40,11 @@ for _name in ("math_verify.parser", "math_verify.grader"):
 _RUNAWAY_POWER = re.compile(r"[0-9A-Za-z.]*\s*(\^|\*\*)\s*(\{\s*)?[-+]?\d{7,}(\s*\})?")
 _GSM8K_FINAL = re.compile(r"####\s*(.+?)\s*$", re.S)
 _EXTRACTION = [LatexExtractionConfig(), ExprExtractionConfig()]
+#: A response that writes ``\\boxed{...}`` gives its answer there: plain-expression extraction
+#: would otherwise pick up other text when the box is empty (``100 - 37 = ? ... \\boxed{}``
+#: was read as ``100 - 37`` = 63 and graded correct).
+_BOXED_ONLY = [LatexExtractionConfig()]
+_BOXED = re.compile(r"\\boxed\s*\{")
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,8 @@ def grade_response(response: str, reference: str | None) -> Grade:
     # math-verify's timeouts need signal.alarm (main thread only), so they are off: powers with
     # astronomically large exponents are replaced by a symbol before parsing instead
     response = _RUNAWAY_POWER.sub(r"\\text{overflow}", response)
-    predicted = parse(response, extraction_config=_EXTRACTION, parsing_timeout=None)
+    config = _BOXED_ONLY if _BOXED.search(response) else _EXTRACTION
+    predicted = parse(response, extraction_config=config, parsing_timeout=None)
     extracted = str(predicted[-1]) if predicted else None
     if reference is None:
         return Grade(extracted_answer=extracted, correct=None)

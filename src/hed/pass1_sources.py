@@ -68,6 +68,7 @@ def export_dir() -> str:
 
     return f"{data_root()}/{EXPORT_DIR}"
 
+
 HISTORY_COLUMNS = ["step", "pass1", "wandb_step", "metric_key", "step_key"]
 _HISTORY_DTYPES = {"step": "int64", "pass1": "float64", "wandb_step": "Int64"}
 PASS1_COLUMNS = ["run", "step", "pass1", "source", "metric_key"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -45,16 +46,11 @@ def _accuracy(step: int) -> float:
     return round(0.1 + step / 100, 4)
 
 
-@pytest.fixture(scope="module")
-def offline_run(tmp_path_factory) -> Path:
-    """A real offline W&B run: entropy every step, pass@1 every 5 steps, global_step on both.
-
-    Validation is logged in its own ``log`` call (as many trainers do), so W&B's ``_step``
-    (one per call) differs from ``training/global_step``.
-    """
+@contextlib.contextmanager
+def offline_wandb_run(root: Path, project: str):
+    """A real ``wandb.init(mode="offline")`` run under ``root`` (no network, no key, no git)."""
     import wandb
 
-    root = tmp_path_factory.mktemp("wandb_offline")
     with pytest.MonkeyPatch.context() as mp:
         for name, value in {
             "WANDB_MODE": "offline",
@@ -69,12 +65,25 @@ def offline_run(tmp_path_factory) -> Path:
         }.items():
             mp.setenv(name, value)
         mp.delenv("WANDB_API_KEY", raising=False)
-        run = wandb.init(
+        yield wandb.init(
             mode="offline",
             dir=root,
-            project="hed-test",
+            project=project,
             settings=wandb.Settings(x_disable_stats=True, console="off", save_code=False),
         )
+
+
+@pytest.fixture(scope="module")
+def offline_run(tmp_path_factory) -> Path:
+    """A real offline W&B run: entropy every step, pass@1 every 5 steps, global_step on both.
+
+    Validation is logged in its own ``log`` call (as many trainers do), so W&B's ``_step``
+    (one per call) differs from ``training/global_step``.
+    """
+    import wandb
+
+    root = tmp_path_factory.mktemp("wandb_offline")
+    with offline_wandb_run(root, "hed-test") as run:
         for step in range(1, 21):
             run.log({"actor/entropy": 1.0 / step, STEP: step})
             if step % 5 == 0:
@@ -520,26 +529,7 @@ def verl_offline_run(tmp_path_factory) -> Path:
     import wandb
 
     root = tmp_path_factory.mktemp("wandb_verl")
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in {
-            "WANDB_MODE": "offline",
-            "WANDB_SILENT": "true",
-            "WANDB_DIR": str(root),
-            "WANDB_CONFIG_DIR": str(root / "config"),
-            "WANDB_CACHE_DIR": str(root / "cache"),
-            "WANDB_DATA_DIR": str(root / "data"),
-            "WANDB_ERROR_REPORTING": "false",
-            "WANDB_DISABLE_GIT": "true",
-            "WANDB_DISABLE_CODE": "true",
-        }.items():
-            mp.setenv(name, value)
-        mp.delenv("WANDB_API_KEY", raising=False)
-        run = wandb.init(
-            mode="offline",
-            dir=root,
-            project="hed-verl",
-            settings=wandb.Settings(x_disable_stats=True, console="off", save_code=False),
-        )
+    with offline_wandb_run(root, "hed-verl") as run:
         for row in _verl_rows():
             step = row.pop("_step")
             run.log(row, step=step)

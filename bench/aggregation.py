@@ -50,8 +50,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from hed.datasets import write_parquet_atomically
-from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+from hed.io.datasets import write_parquet_atomically
+from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -287,7 +287,7 @@ def run_hed(root: Path, num_shards: int) -> dict:
     from kedro.io import DataCatalog, MemoryDataset
     from kedro.runner import SequentialRunner
 
-    from hed.layout import RunSpec, StudyLayout
+    from hed.config.layout import RunSpec, StudyLayout
     from hed.pipelines.aggregation import create_pipeline
 
     params = _parameters()

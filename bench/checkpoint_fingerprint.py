@@ -3,7 +3,7 @@
 Writes one safetensors-shaped file of ``--gb`` GB (an 8-byte header length, a JSON header,
 then random bytes) under ``--dir`` and times each digest over it, twice: the first pass after
 the write (the file is in the page cache when it fits in memory: a CPU-bound figure) and the
-figure :func:`hed.checkpoints.checkpoint_fingerprint` takes. Prints GB/s and each digest's
+figure :func:`hed.decode.checkpoints.checkpoint_fingerprint` takes. Prints GB/s and each digest's
 speed as a ratio against sha256 measured in the same process, and the machine.
 
     python bench/checkpoint_fingerprint.py --gb 3 --dir /tmp
@@ -75,7 +75,7 @@ def main() -> None:
     args = parser.parse_args()
     import xxhash
 
-    from hed.checkpoints import checkpoint_fingerprint
+    from hed.decode.checkpoints import checkpoint_fingerprint
 
     folder = Path(tempfile.mkdtemp(prefix="hed_fp_", dir=args.dir))
     path = folder / "model.safetensors"

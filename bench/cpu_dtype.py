@@ -5,7 +5,7 @@ demo model (SmolLM2-135M-Instruct, the base of the mini_dapo policies), 16 promp
 samples in one batch of 64, 32 new tokens, one thread. EOS is disabled so every sequence
 generates exactly ``--new-tokens`` tokens. float32 and bfloat16 runs alternate per repeat in
 this process; the median ratio bf16/fp32 is printed next to what ``generation.dtype:
-by_device`` chooses on this CPU (:mod:`hed.compute_dtype`) and why.
+by_device`` chooses on this CPU (:mod:`hed.core.compute_dtype`) and why.
 
 Usage::
 
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from hed import compute_dtype
-from hed.embedded import ensure_embedded_checkpoint
-from hed.recording import (
+from hed.core import compute_dtype as compute_dtype
+from hed.decode.embedded import ensure_embedded_checkpoint
+from hed.decode.hf import (
     PromptInput,
     SamplingParams,
     generate_sequences,

@@ -114,7 +114,7 @@ def run_hed(records: str, sequences: str, n: int) -> dict:
 
 
 def run_naive(records: str, sequences: str, n: int) -> dict:
-    from hed.advantage import response_advantages
+    from hed.core.advantage import response_advantages
 
     seqs = pd.read_parquet(sequences)
     adv = response_advantages(seqs, ("grpo", "dr_grpo"))
@@ -151,7 +151,7 @@ def peak_rss_mb() -> float:
 
 
 def child(mode: str, records: str, sequences: str, n: int) -> None:
-    import hed.advantage  # imports are not timed (the dynamics nodes import matplotlib)
+    import hed.core.advantage  # imports are not timed (the dynamics nodes import matplotlib)
     import hed.pipelines.dynamics.nodes  # noqa: F401
 
     start, cpu = time.perf_counter(), time.process_time()

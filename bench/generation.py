@@ -1,11 +1,11 @@
 """Benchmark HED's recorded generation against plain ``model.generate``.
 
 Speed: the demo model (SmolLM2-135M-Instruct, converted once by
-``hed.embedded.ensure_embedded_checkpoint``) answers the same prompts with the same sampling
+``hed.decode.embedded.ensure_embedded_checkpoint``) answers the same prompts with the same sampling
 settings, set explicitly (temperature T, top-k off, top-p 1), twice per repeat:
 
 * plain: ``model.generate(do_sample=True, temperature=T, top_k=0, top_p=1.0)``, no scores;
-* HED: ``hed.recording.generate_sequences`` (recorder, Gumbel sampler, records, token text).
+* HED: ``hed.decode.hf.generate_sequences`` (recorder, Gumbel sampler, records, token text).
 
 EOS is disabled in both so every sequence generates exactly ``--new-tokens`` tokens. The two
 runs alternate (plain first on even repeats, HED first on odd ones) and the ratio
@@ -25,11 +25,11 @@ extrapolated to 4,096); CUDA runs the full 4,096. Both are printed next to what
 settings (EOS off, so every sequence has exactly ``--new-tokens`` tokens):
 
 * plain vLLM: an engine without HED's logits processor, no logprobs;
-* vLLM + HED's recorder: an engine with :class:`hed.vllm_recording.DecodeRecordingProcessor`,
-  through :class:`hed.vllm_backend.RecordingEngine` (records, logprobs, token text). The same
+* vLLM + HED's recorder: an engine with :class:`hed.decode.vllm_processor.DecodeRecordingProcessor`,
+  through :class:`hed.decode.vllm.RecordingEngine` (records, logprobs, token text). The same
   engine also runs requests without HED's key (the processor is registered but records
   nothing), alternated with the recorded runs, for a same-engine ratio;
-* HF ``generate`` with HED's recording (``hed.recording.generate_sequences``, batches of
+* HF ``generate`` with HED's recording (``hed.decode.hf.generate_sequences``, batches of
   ``--hf-batch-size``).
 
 It prints tokens/s of each (median over ``--repeats``) and the ratios recorder / plain
@@ -56,8 +56,8 @@ import psutil
 import torch
 from transformers import GenerationConfig
 
-from hed.embedded import ensure_embedded_checkpoint
-from hed.recording import (
+from hed.decode.embedded import ensure_embedded_checkpoint
+from hed.decode.hf import (
     PromptInput,
     SamplingParams,
     build_logits_processors,
@@ -339,7 +339,7 @@ def bench_memory(args) -> None:
 
 def bench_vllm(args) -> None:
     """Plain vLLM vs vLLM + HED's recorder vs HF generate + recording (module docstring)."""
-    from hed.vllm_backend import (
+    from hed.decode.vllm import (
         RecordingEngine,
         VLLMSettings,
         engine_arguments,

@@ -8,7 +8,7 @@ generation touches them), and reports the peak RSS above that baseline:
 * ``before``: ``from_pretrained(dir, dtype=...)`` (weights in host memory) then ``.to(device)``
   (what HED did until this change);
 * ``after``: ``from_pretrained(dir, dtype=..., device_map={"": device})`` (what
-  :func:`hed.recording.load_model_and_tokenizer` does now): transformers materialises each
+  :func:`hed.decode.hf.load_model_and_tokenizer` does now): transformers materialises each
   tensor of the memory-mapped safetensors file on the device as it reads it.
 
 On CPU the weights live in host memory either way, so the two should be equal there; the

@@ -1,4 +1,4 @@
-"""Benchmark: memory and speed of teacher-forced re-scoring (hed.rescoring).
+"""Benchmark: memory and speed of teacher-forced re-scoring (hed.decode.teacher_forced).
 
 1. Memory. A tiny random Llama (hidden 32, 2 layers) with a Qwen-sized vocabulary of 151,936
    tokens re-scores one 4,096-token response (16-token prompt) in float32. Each measurement
@@ -50,8 +50,8 @@ def child_memory(method: str, length: int, chunk: int) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from hed.entropy import token_distribution_stats, token_logprobs
-    from hed.rescoring import ResponseToScore, score_responses
+    from hed.core.entropy import token_distribution_stats, token_logprobs
+    from hed.decode.teacher_forced import ResponseToScore, score_responses
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -125,15 +125,15 @@ def speed(n_prompts: int, samples: int, max_new_tokens: int) -> None:
     import numpy as np
     import torch
 
-    from hed.embedded import ensure_embedded_checkpoint
-    from hed.recording import (
+    from hed.decode.embedded import ensure_embedded_checkpoint
+    from hed.decode.hf import (
         PromptInput,
         SamplingParams,
         checkpoint_eos_token_ids,
         generate_sequences,
         load_model_and_tokenizer,
     )
-    from hed.rescoring import ResponseToScore, compare_scores, score_responses
+    from hed.decode.teacher_forced import ResponseToScore, compare_scores, score_responses
 
     torch.set_num_threads(1)
     model_dir = ensure_embedded_checkpoint(

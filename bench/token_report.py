@@ -3,7 +3,7 @@
 Synthetic merged records of one run (``--steps`` steps, ``--responses`` responses per step,
 ``--tokens`` tokens each, k = 5 alternatives; realistic token texts: words with leading
 spaces, punctuation, numbers, newlines; half the entropies near zero) are built in memory,
-turned into the page by :func:`hed.token_report.build_report` + ``render_html`` (a
+turned into the page by :func:`hed.report.token_report.build_report` + ``render_html`` (a
 vocabulary from the records' own texts: no tokenizer), written to disk and opened in Debian's
 headless ``chromium`` (Playwright, offline, fresh profile). Printed:
 
@@ -33,8 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hed import token_report as tr
-from hed.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA
+from hed.report import token_report as tr
+from hed.records.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

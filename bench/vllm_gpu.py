@@ -18,10 +18,10 @@ What it measures, on the same prompts, seeds and settings (EOS off: every respon
 exactly ``--new-tokens`` tokens):
 
 1. plain vLLM: an engine without HED's processor, no logprobs;
-2. vLLM + HED's recorder (``hed.vllm_backend.RecordingEngine``: processor, raw-logit logprob,
+2. vLLM + HED's recorder (``hed.decode.vllm.RecordingEngine``: processor, raw-logit logprob,
    records; no token text, the dummy model has no tokenizer); the same engine also runs the
    requests without HED's key, alternated, for a same-engine ratio;
-3. HF ``generate`` + HED's recording (``hed.recording.generate_sequences``), the model from
+3. HF ``generate`` + HED's recording (``hed.decode.hf.generate_sequences``), the model from
    ``Qwen3ForCausalLM(config)`` on the GPU with the engine's weights.
 
 Why not vLLM's ``load_format="dummy"`` by default: its weights are uniform in ±1e-3, so every
@@ -48,8 +48,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hed.recording import PromptInput, SamplingParams, generate_sequences, sequence_seed
-from hed.vllm_backend import (
+from hed.decode.hf import PromptInput, SamplingParams, generate_sequences, sequence_seed
+from hed.decode.vllm import (
     RecordingEngine,
     VLLMSettings,
     engine_arguments,
@@ -262,7 +262,7 @@ def main() -> None:
         hf_prompts = [
             PromptInput(p.prompt_index, p.prompt_id, str(p.prompt_index)) for p in prompts
         ]
-        from hed import recording
+        from hed.decode import hf as recording
 
         saved = recording.token_texts_batch
         recording.token_texts_batch = lambda _tok, ids: [[] for _ in ids]  # no tokenizer

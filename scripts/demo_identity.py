@@ -52,7 +52,7 @@ def run(out: Path) -> None:
     import os
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from hed.embedded import ensure_embedded_checkpoint
+    from hed.decode.embedded import ensure_embedded_checkpoint
     from tests.conftest import MODEL_CACHE
     from tests.project_copy import copy_project, run_kedro
 

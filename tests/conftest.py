@@ -18,7 +18,7 @@ MODEL_CACHE = REPO_ROOT / ".pytest_cache" / "hed_models"
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """HuggingFace folder of the embedded SmolLM2-135M-Instruct (a ``global_step_0/actor_hf``)."""
-    from hed.embedded import ensure_embedded_checkpoint
+    from hed.decode.embedded import ensure_embedded_checkpoint
 
     return ensure_embedded_checkpoint(MODEL_CACHE / "smollm2" / "global_step_0" / "actor_hf")
 

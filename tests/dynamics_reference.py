@@ -2,8 +2,8 @@
 
 Written from the definitions (docs/dynamics.md; verl ``compute_grpo_outcome_advantage``,
 ``compute_policy_loss_clip_cov`` / ``compute_policy_loss_kl_cov``) with plain loops and whole
-arrays in memory, sharing no code with :mod:`hed.advantage`, :mod:`hed.covariance` or
-:mod:`hed.correctness`.
+arrays in memory, sharing no code with :mod:`hed.core.advantage`, :mod:`hed.analysis.covariance` or
+:mod:`hed.analysis.correctness`.
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def write_step(folder, records: pd.DataFrame, sequences: pd.DataFrame):
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    from hed.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA
+    from hed.records.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA
 
     folder.mkdir(parents=True, exist_ok=True)
     pq.write_table(

@@ -18,7 +18,7 @@ from kedro.io.data_catalog import SharedMemoryDataCatalog
 from kedro.pipeline import Node, Pipeline
 from kedro_datasets.json import JSONDataset
 
-from hed.runners import GPURunner
+from hed.runners.gpu import GPURunner
 
 
 def describe_process(seconds: float = 0.0) -> dict[str, Any]:

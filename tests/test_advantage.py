@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hed.advantage import check_estimators, group_advantages, response_advantages
+from hed.core.advantage import check_estimators, group_advantages, response_advantages
 from hed.errors import ConfigError, InputDataError
 
 from .dynamics_reference import reference_advantages

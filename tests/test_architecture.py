@@ -107,9 +107,9 @@ def calls(path: Path, dotted: str) -> int:
 @pytest.mark.parametrize(
     ("mechanism", "home"),
     [
-        ("tempfile.mkstemp", "atomic_io.py"),
-        ("os.replace", "atomic_io.py"),
-        ("tempfile.mkdtemp", "atomic_io.py"),
+        ("tempfile.mkstemp", "records/atomic_io.py"),
+        ("os.replace", "records/atomic_io.py"),
+        ("tempfile.mkdtemp", "records/atomic_io.py"),
         ("functools.update_wrapper", "pipelines/binding.py"),
     ],
 )

@@ -1,4 +1,4 @@
-"""hed.arrow_stream: the per-prompt cursor, rechunking and the prefetch thread."""
+"""hed.records.arrow_stream: the per-prompt cursor, rechunking and the prefetch thread."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from hed.arrow_stream import ShardCursor, column_numpy, prefetched, rechunked, record_batches
+from hed.records.arrow_stream import ShardCursor, column_numpy, prefetched, rechunked, record_batches
 from hed.errors import InputDataError
 
 

@@ -14,7 +14,7 @@ from kedro_datasets.json import JSONDataset
 from kedro_datasets.matplotlib import MatplotlibDataset
 from kedro_datasets.pandas import CSVDataset, ParquetDataset
 
-from hed.atomic_io import install_atomic_local_writes
+from hed.records.atomic_io import install_atomic_local_writes
 
 install_atomic_local_writes()
 
@@ -92,7 +92,7 @@ def test_unwritable_target_names_the_path(tmp_path):
 def test_owned_temporary_folder_removes_only_dead_writers_folders(tmp_path):
     import subprocess
 
-    from hed.atomic_io import _host, owned_temporary_folder
+    from hed.records.atomic_io import _host, owned_temporary_folder
 
     child = subprocess.Popen(["sleep", "0"])
     child.wait()  # its pid now names a process that no longer runs
@@ -114,7 +114,7 @@ def test_owned_temporary_folder_removes_only_dead_writers_folders(tmp_path):
 
 
 def test_atomic_path_commits_only_a_finished_block(tmp_path):
-    from hed.atomic_io import atomic_path
+    from hed.records.atomic_io import atomic_path
 
     target = tmp_path / "sub" / "manifest.json"
     with atomic_path(target, mode=0o644) as temp:
@@ -133,7 +133,7 @@ def test_atomic_path_commits_only_a_finished_block(tmp_path):
 
 
 def test_atomic_path_into_a_file_is_one_line(tmp_path):
-    from hed.atomic_io import atomic_path
+    from hed.records.atomic_io import atomic_path
     from hed.errors import OutputWriteError
 
     (tmp_path / "blocker").write_text("x")
@@ -145,7 +145,7 @@ def test_atomic_path_into_a_file_is_one_line(tmp_path):
 
 
 def test_atomic_folder_replaces_the_target_only_when_complete(tmp_path):
-    from hed.atomic_io import atomic_folder
+    from hed.records.atomic_io import atomic_folder
 
     target = tmp_path / "global_step_0" / "actor_hf"
     with atomic_folder(target) as temp:

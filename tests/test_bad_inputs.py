@@ -38,21 +38,21 @@ from kedro.io import DataCatalog
 from kedro.io.core import DatasetError, Version
 from kedro.pipeline import Node
 
-from hed.atomic_io import install_atomic_local_writes
-from hed.datasets import (
+from hed.records.atomic_io import install_atomic_local_writes
+from hed.io.datasets import (
     ArrowParquetDataset,
     PromptFileDataset,
     PublishedArtifactsDataset,
     write_parquet_atomically,
 )
-from hed.entropy import NonFiniteLogitsError, token_distribution_stats
+from hed.core.entropy import NonFiniteLogitsError, token_distribution_stats
 from hed.errors import CheckpointError, ConfigError, HEDError, InputDataError, OutputWriteError
-from hed.layout import layout_from_params
-from hed.lexicon import parse_lexicon
+from hed.config.layout import layout_from_params
+from hed.core.lexicon import parse_lexicon
 from hed.mini_rl.config import training_specs
 from hed.mini_rl.manifest import clear_run_outputs
-from hed.params import sampling_params as sampling_params_from
-from hed.pass1_sources import parse_run_config
+from hed.config.params import sampling_params as sampling_params_from
+from hed.pass1.sources import parse_run_config
 from hed.pipelines.aggregation.nodes import (
     check_sequences,
     check_token_records,
@@ -69,10 +69,10 @@ from hed.pipelines.metrics.pipeline import create_pipeline as create_metrics_pip
 from hed.pipelines.mini_rl.nodes import generate_task_sets
 from hed.pipelines.publish.nodes import plan_publication
 from hed.pipelines.reporting.nodes import plan_figures
-from hed.recording import load_model_and_tokenizer, resolve_dtype
-from hed.runners import resolve_slots
-from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
-from hed.shard_metadata import GENERATION_METADATA_KEY
+from hed.decode.hf import load_model_and_tokenizer, resolve_dtype
+from hed.runners.gpu import resolve_slots
+from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+from hed.records.shard_metadata import GENERATION_METADATA_KEY
 
 REPO = Path(__file__).resolve().parents[1]
 ERRORS_DOC = REPO / "docs" / "errors.md"
@@ -1410,7 +1410,7 @@ def _(t: Ctx) -> Expect:
 
 @case("runner-unknown-param")
 def _(t: Ctx) -> Expect:
-    from hed.runners import GPURunner
+    from hed.runners.gpu import GPURunner
 
     return Expect(lambda: GPURunner(gpu="cpu"), ConfigError, ("unknown --runner-params gpu",))
 
@@ -1583,7 +1583,7 @@ def conf_with(ctx: Ctx, files: dict[str, str]) -> Path:
 
 def unknown_key_check(conf: Path, env: str | None, runtime: dict[str, Any]) -> Callable[[], Any]:
     """What the project hook does when the session starts: refuse unknown keys, naming the file."""
-    from hed.params import check_unknown_keys, key_origin
+    from hed.config.params import check_unknown_keys, key_origin
 
     def call() -> Any:
         loader = OmegaConfigLoader(
@@ -1649,7 +1649,7 @@ def strict_preflight(runs: dict[str, Any], reporting: dict[str, Any], metrics: d
     from kedro.io import MemoryDataset
     from kedro.pipeline import Pipeline
 
-    from hed.preflight import check_parameters
+    from hed.config.preflight import check_parameters
 
     sections = {"runs": runs, "reporting": reporting, "metrics": metrics}
     pipeline = Pipeline([Node(lambda *a: a[0], [f"params:{k}" for k in sections], "out")])
@@ -1685,7 +1685,7 @@ def _(t: Ctx) -> Expect:
 
 @case("prompts-too-long-for-context")
 def _(t: Ctx) -> Expect:
-    from hed.prompts import check_context_length
+    from hed.decode.prompts import check_context_length
 
     return Expect(
         lambda: check_context_length({0: 100, 3: 10812, 5: 9000}, 1024, 8192, "/ckpt/actor_hf"),
@@ -1705,8 +1705,8 @@ def _(t: Ctx) -> Expect:
     from kedro.io import MemoryDataset
     from kedro.pipeline import Pipeline
 
-    from hed.checkpoints import checkpoint_fingerprint
-    from hed.preflight import check_reused_shards
+    from hed.decode.checkpoints import checkpoint_fingerprint
+    from hed.config.preflight import check_reused_shards
 
     model = hf_folder(t.tmp / "ckpt" / "global_step_0" / "actor_hf")
     generation = {"num_shards": 1, "samples_per_prompt": 1, "max_new_tokens": 4}
@@ -1745,7 +1745,7 @@ def _(t: Ctx) -> Expect:
 def _(t: Ctx) -> Expect:
     import socket
 
-    from hed.run_lock import LOCK_NAME, RunLockedError, acquire
+    from hed.io.run_lock import LOCK_NAME, RunLockedError, acquire
 
     lock = write_text(
         t.tmp / "data" / LOCK_NAME,
@@ -1769,7 +1769,7 @@ def _(t: Ctx) -> Expect:
 
 @case("runner-data-root-of-another-env")
 def _(t: Ctx) -> Expect:
-    from hed.run_lock import OWNER_NAME, claim_root
+    from hed.io.run_lock import OWNER_NAME, claim_root
 
     owner = write_text(t.tmp / "data" / "qae_repro" / OWNER_NAME, "qae_repro\n")
     return Expect(
@@ -1788,7 +1788,7 @@ def _(t: Ctx) -> Expect:
 def _(t: Ctx) -> Expect:
     # a copy of conf/qae_repro that kept its data_root, on a clone where qae_repro never ran:
     # nothing owns data/qae_repro yet, but qae_repro declares it
-    from hed.run_lock import check_declared_root
+    from hed.io.run_lock import check_declared_root
 
     conf = t.tmp / "conf"
     for env in ("qae_repro", "my_study"):

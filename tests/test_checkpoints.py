@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hed.checkpoints import (
+from hed.decode.checkpoints import (
     checkpoint_fingerprint,
     discover_steps,
     model_dir_for_step,
@@ -111,7 +111,7 @@ class _Saves:
 
 
 def test_write_model_folder_replaces_atomically_and_is_world_readable(tmp_path):
-    from hed.checkpoints import write_model_folder
+    from hed.decode.checkpoints import write_model_folder
 
     target = tmp_path / "global_step_3" / "actor_hf"
     write_model_folder(_Saves("old.json"), _Saves("tok.json"), target)
@@ -146,7 +146,7 @@ def test_trainer_checkpoint_folders_are_steps(tmp_path):
 
 
 def test_steps_all_finds_trainer_checkpoints(tmp_path):
-    from hed.layout import layout_from_params
+    from hed.config.layout import layout_from_params
 
     _trainer_run(tmp_path, [100, 10])
     runs = {"trl_run": {"role": "with_clip", "checkpoint_root": str(tmp_path), "steps": "all"}}

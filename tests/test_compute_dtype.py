@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hed import compute_dtype
+from hed.core import compute_dtype as compute_dtype
 from hed.errors import ConfigError
 
 AVX2_ONLY = "fpu vme de pse tsc msr pae sse sse2 avx fma avx2"
@@ -62,7 +62,7 @@ def test_native_bf16_needs_the_flag_torch_s_kernels_and_onednn(
 
 def test_explicit_bfloat16_on_a_cpu_without_it_is_kept_but_warned_about(cpu, caplog):
     cpu(AVX2_ONLY, "AVX2")
-    with caplog.at_level("WARNING", logger="hed.compute_dtype"):
+    with caplog.at_level("WARNING", logger="hed.core.compute_dtype"):
         assert compute_dtype.dtype_name("bfloat16", "cpu") == "bfloat16"
     assert "no native bfloat16" in caplog.text
 
@@ -106,7 +106,7 @@ def test_mini_rl_trainer_bf16_follows_the_cpu(cpu):
 def test_a_shard_of_dtype_auto_is_current_without_its_checkpoint_and_stale_after_a_change(
     tmp_path,
 ):
-    from hed.shard_metadata import stale_field
+    from hed.records.shard_metadata import stale_field
 
     recorded = {"dtype": "bfloat16", "device": "cuda", "checkpoint": {"model_dir": "/gone"}}
     generation = {"dtype": "auto"}

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hed.advantage import response_advantages
-from hed.covariance import CovarianceSettings, kl_cov_count, step_covariance
+from hed.core.advantage import response_advantages
+from hed.analysis.covariance import CovarianceSettings, kl_cov_count, step_covariance
 from hed.errors import ConfigError, InputDataError
-from hed.response_index import ResponseIndex
+from hed.records.response_index import ResponseIndex
 
 from .dynamics_reference import CATEGORIES, RESPONSES, random_step, reference_covariance, write_step
 
@@ -126,7 +126,7 @@ def test_row_group_batches_read_row_groups_in_order_and_in_memory_datasets_too(t
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    from hed.arrow_stream import row_group_batches
+    from hed.records.arrow_stream import row_group_batches
 
     records, sequences = random_step(RESPONSES, seed=3)
     records_ds, _ = write_step(tmp_path, records, sequences)  # row groups of 7 records

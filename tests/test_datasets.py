@@ -3,7 +3,7 @@ import os
 import pyarrow as pa
 import pytest
 
-from hed.datasets import write_parquet_atomically
+from hed.io.datasets import write_parquet_atomically
 from hed.errors import OutputWriteError
 
 

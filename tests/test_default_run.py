@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from hed.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+from hed.records.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 
 from .conftest import REPO_ROOT
 from .project_copy import RUN, copy_project, latest, run_kedro, run_kedro_cli
@@ -274,7 +274,7 @@ def test_kedro_run_shows_a_bad_parameter_in_one_line_before_any_node(default_pro
 
 
 def test_dynamics_tables_equal_independent_numpy_on_the_demo(default_project):
-    from hed.lexicon import parse_lexicon
+    from hed.core.lexicon import parse_lexicon
     from hed.pipelines.dynamics.nodes import NO_GRADING
 
     from .dynamics_reference import reference_correctness, reference_covariance

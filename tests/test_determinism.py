@@ -17,7 +17,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from hed.shard_metadata import GENERATION_METADATA_KEY
+from hed.records.shard_metadata import GENERATION_METADATA_KEY
 
 from .project_copy import NUM_SHARDS, SMALL_STEP, FileState
 

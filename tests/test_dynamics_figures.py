@@ -1,4 +1,4 @@
-"""Figures of the dynamics tables (hed.dynamics_figures): content, skipped steps, readability."""
+"""Figures of the dynamics tables (hed.report.dynamics_figures): content, skipped steps, readability."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hed.dynamics_figures import (
+from hed.report.dynamics_figures import (
     SKIPPED_LABEL,
     plot_advantage_covariance,
     plot_entropy_by_correctness,
 )
-from hed.figures import figure_size
+from hed.report.figures import figure_size
 
 from .test_figures import overlapping_tick_labels, text_outside_figure
 

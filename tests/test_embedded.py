@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from hed.embedded import EMBEDDED_DISTRIBUTION, EmbeddedModelError, embedded_gguf_path
+from hed.decode.embedded import EMBEDDED_DISTRIBUTION, EmbeddedModelError, embedded_gguf_path
 from hed.errors import HEDError, short_message
 
 from .project_copy import RUN, copy_project, kedro_environment

@@ -1,4 +1,4 @@
-"""hed.entropy against a two-line float64 reference (DESIGN.md §5.1)."""
+"""hed.core.entropy against a two-line float64 reference (DESIGN.md §5.1)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from hed.entropy import (
+from hed.core.entropy import (
     NonFiniteLogitsError,
     entropy_from_logits,
     token_distribution_stats,

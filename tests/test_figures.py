@@ -1,4 +1,4 @@
-"""Figures 2 and 3 (hed.figures): size, content, readability (no overlapping tick labels)."""
+"""Figures 2 and 3 (hed.report.figures): size, content, readability (no overlapping tick labels)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.text import Text
 
-from hed.figures import (
+from hed.report.figures import (
     CATEGORIES,
     CATEGORY_COLOURS,
     FIGURE3_MEASURE_LABEL,
@@ -288,7 +288,7 @@ def test_category_colours_are_distinct_okabe_ito():
 def test_font_family_lists_dejavu_then_only_installed_cjk_fonts(monkeypatch):
     from matplotlib import font_manager
 
-    from hed.figures import CJK_FALLBACK_FONTS, font_family
+    from hed.report.figures import CJK_FALLBACK_FONTS, font_family
 
     assert font_family()[0] == "DejaVu Sans"
     installed = {font.name for font in font_manager.fontManager.ttflist}

@@ -1,4 +1,4 @@
-"""Grading with math-verify (hed.grading): MATH-style reference answers of every common shape.
+"""Grading with math-verify (hed.core.grading): MATH-style reference answers of every common shape.
 
 Each case is (reference as a benchmark file stores it, the answer as a model writes it inside
 ``\\boxed{}``, a different answer of the same shape). The reference must grade True against
@@ -13,7 +13,7 @@ import logging
 import pandas as pd
 import pytest
 
-from hed.grading import (
+from hed.core.grading import (
     gold_latex,
     grade_response,
     normalise_reference,

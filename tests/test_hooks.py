@@ -7,7 +7,7 @@ import pandas as pd
 from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
 
-from hed import provenance
+from hed.io import provenance as provenance
 from hed.hooks import ProvenanceHooks
 from hed.pipelines.reporting import create_pipeline
 

@@ -1,11 +1,11 @@
-"""hed.layout: the runs × steps × shards the pipelines are built for, from the parameters."""
+"""hed.config.layout: the runs × steps × shards the pipelines are built for, from the parameters."""
 
 from __future__ import annotations
 
 import pytest
 
 from hed.errors import ConfigError
-from hed.layout import layout_from_params, training_inputs
+from hed.config.layout import layout_from_params, training_inputs
 
 
 def test_layout_sorts_steps_and_keeps_run_order(tmp_path):

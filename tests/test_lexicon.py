@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from hed.errors import ConfigError
-from hed.lexicon import OTHER, parse_lexicon
+from hed.core.lexicon import OTHER, parse_lexicon
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,8 @@ import json
 import pytest
 import torch
 
-from hed import compute_dtype, recording
+from hed.core import compute_dtype
+from hed.decode import hf as recording
 
 
 class _Model:

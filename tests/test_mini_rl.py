@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from hed import layout
-from hed.checkpoints import validate_model_dir
+from hed.config import layout as layout
+from hed.decode.checkpoints import validate_model_dir
 from hed.errors import ConfigError
 from hed.mini_rl import config as mini_config
 from hed.mini_rl.config import checkpoint_schedule, frame_hash, training_specs
@@ -30,7 +30,7 @@ from hed.mini_rl.tasks import KINDS, make_task_sets
 from hed.mini_rl.trainer import CheckpointCallback, trainer_log_rows
 from hed.mini_rl.validation import ValidationResult, greedy_validation
 from hed.mini_rl.wandb_offline import offline_run_folder, offline_wandb_run
-from hed.pass1_sources import read_wandb_offline_history
+from hed.pass1.sources import read_wandb_offline_history
 from tests.conftest import build_tiny_model
 
 # ------------------------------------------------------------------ tasks

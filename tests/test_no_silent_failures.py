@@ -23,10 +23,10 @@ import yaml
 from kedro.config import OmegaConfigLoader
 from kedro.io.core import DatasetError
 
-from hed import layout
-from hed.checkpoints import checkpoint_fingerprint
+from hed.config import layout as layout
+from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import ConfigError
-from hed.run_lock import LOCK_NAME, RunLockedError
+from hed.io.run_lock import LOCK_NAME, RunLockedError
 
 from .project_copy import REPO_ROOT, RUN, copy_project, run_kedro, run_kedro_cli
 
@@ -120,7 +120,7 @@ def test_a_concurrent_second_run_is_refused_naming_the_first(project):
         [
             sys.executable,
             "-c",
-            "import sys, time; from hed import run_lock; "
+            "import sys, time; from hed.io import run_lock; "
             "run_lock.acquire(sys.argv[1], 'base'); print('locked', flush=True); time.sleep(60)",
             str(project / "data"),
         ],
@@ -247,7 +247,7 @@ def test_reuse_of_shards_of_a_retrained_checkpoint_is_refused(tmp_path, smollm2_
 
 
 def test_duplicate_prompts_are_warned_with_the_count_and_dropped_or_kept(tmp_path, caplog):
-    from hed.datasets import PromptFileDataset
+    from hed.io.datasets import PromptFileDataset
     from hed.pipelines.generation.nodes import build_prompt_set
 
     path = tmp_path / "prompts.jsonl"
@@ -255,7 +255,7 @@ def test_duplicate_prompts_are_warned_with_the_count_and_dropped_or_kept(tmp_pat
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     raw = PromptFileDataset(filepath=str(path)).load()
     params = {"prompt_columns": ["problem"], "num_prompts": None, "seed": 0}
-    with caplog.at_level(logging.WARNING, logger="hed.prompts"):
+    with caplog.at_level(logging.WARNING, logger="hed.decode.prompts"):
         dropped = build_prompt_set(raw, params)
     assert dropped["source_row"].tolist() == [0, 1, 3]
     assert dropped["prompt_id"].is_unique
@@ -264,20 +264,20 @@ def test_duplicate_prompts_are_warned_with_the_count_and_dropped_or_kept(tmp_pat
     assert "dropped (prompts.duplicates: drop)" in warning
 
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="hed.prompts"):
+    with caplog.at_level(logging.WARNING, logger="hed.decode.prompts"):
         kept = build_prompt_set(raw, {**params, "duplicates": "keep"})
     assert kept["source_row"].tolist() == [0, 1, 2, 3, 4, 5]
     assert any("3 duplicate prompt(s)" in r.getMessage() for r in caplog.records)
 
 
 def test_a_prompt_longer_than_the_context_is_refused_before_generation(smollm2_dir, monkeypatch):
-    import hed.recording
+    import hed.decode.hf
     from hed.pipelines.generation.nodes import generate_shard
 
     def no_generation(*args, **kwargs):
         raise AssertionError("generation started")
 
-    monkeypatch.setattr(hed.recording, "generate_sequences", no_generation)
+    monkeypatch.setattr(hed.decode.hf, "generate_sequences", no_generation)
     prompts = pd.DataFrame(
         {
             "prompt_index": np.array([0, 1], np.int32),
@@ -332,7 +332,7 @@ def test_a_misspelt_pipeline_or_env_ends_in_one_line(tmp_path, smollm2_dir, args
 
 
 def test_the_last_progress_line_is_printed_once(caplog, monkeypatch):
-    from hed import progress as progress_module
+    from hed.decode import progress as progress_module
 
     clock = iter([0.0, 10.0, 10.0, 10.0, 10.0, 10.0])
     monkeypatch.setattr(progress_module.time, "monotonic", lambda: next(clock))

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from hed.atomic_io import install_atomic_object_writes
+from hed.records.atomic_io import install_atomic_object_writes
 from tests.project_copy import (
     MERGED_FOLDER,
     NUM_SHARDS,
@@ -168,8 +168,8 @@ KILLED_WRITER = """
 import sys, time
 import pyarrow as pa
 from kedro.io.core import Version
-from hed.atomic_io import install_atomic_object_writes
-from hed.datasets import ArrowParquetDataset
+from hed.records.atomic_io import install_atomic_object_writes
+from hed.io.datasets import ArrowParquetDataset
 
 install_atomic_object_writes()
 url, marker = sys.argv[1:]
@@ -188,7 +188,7 @@ dataset.save(chunks())
 def test_a_killed_write_leaves_no_object_a_later_run_takes_for_complete(s3_server, tmp_path):
     from kedro.io.core import Version
 
-    from hed.datasets import ArrowParquetDataset
+    from hed.io.datasets import ArrowParquetDataset
 
     url = f"s3://{BUCKET}/killed/records.parquet"
     marker = tmp_path / "marker"

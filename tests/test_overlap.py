@@ -1,4 +1,4 @@
-"""hed.overlap: the 80/20 overlap and percentile-bin tables on hand-made scores (known values,
+"""hed.analysis.overlap: the 80/20 overlap and percentile-bin tables on hand-made scores (known values,
 ties at the boundary) and against an independent numpy computation on random tied scores."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from hed.errors import ConfigError, InputDataError
-from hed.overlap import (
+from hed.analysis.overlap import (
     CHANGE_COLUMNS,
     entropy_change_by_percentile,
     entropy_overlap,

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from hed.errors import ConfigError, HEDError, InputDataError
-from hed.pass1_sources import (
+from hed.pass1.sources import (
     DEFAULT_METRIC_KEY,
     DEFAULT_STEP_KEY,
     export_wandb_api_key,
@@ -106,7 +106,7 @@ def test_offline_run_reads_exactly_the_logged_steps(offline_run):
 
 
 def test_offline_run_falls_back_to_wandb_step_when_step_key_is_absent(offline_run, caplog):
-    with caplog.at_level(logging.WARNING, logger="hed.pass1_sources"):
+    with caplog.at_level(logging.WARNING, logger="hed.pass1.sources"):
         history = read_wandb_offline_history(offline_run, step_key="trainer/step")
 
     assert "'trainer/step' is absent" in caplog.text and "_step" in caplog.text
@@ -243,7 +243,7 @@ def test_online_never_calls_history(monkeypatch):
 def test_online_step_key_absent_falls_back_to_wandb_step(caplog):
     rows = [{"_step": s, METRIC: s / 10} for s in (3, 6, 9)] + [{"_step": 10, "actor/entropy": 1.0}]
     api = FakeApi({"e/p/r": FakeRun(rows)})
-    with caplog.at_level(logging.WARNING, logger="hed.pass1_sources"):
+    with caplog.at_level(logging.WARNING, logger="hed.pass1.sources"):
         history = read_wandb_history("e/p/r", api_factory=_factory(api))
 
     assert history["step"].tolist() == [3, 6, 9]
@@ -361,7 +361,7 @@ def test_generated_is_the_mean_of_correct_per_step():
 
 def test_repeated_steps_keep_the_last_value(caplog):
     table = pd.DataFrame({"step": [10, 20, 20, 30], "pass1": [0.1, 0.2, 0.25, 0.3]})
-    with caplog.at_level(logging.WARNING, logger="hed.pass1_sources"):
+    with caplog.at_level(logging.WARNING, logger="hed.pass1.sources"):
         rows = to_pass1_rows(table, run="r", source="wandb", metric_key=METRIC)
     assert rows["step"].tolist() == [10, 20, 30]
     assert rows["pass1"].tolist() == [0.1, 0.25, 0.3]
@@ -375,7 +375,7 @@ def test_missing_checkpoint_steps_are_warned_and_extra_steps_kept(caplog):
         source="csv",
         metric_key="pass1",
     )
-    with caplog.at_level(logging.WARNING, logger="hed.pass1_sources"):
+    with caplog.at_level(logging.WARNING, logger="hed.pass1.sources"):
         missing = warn_missing_steps(rows, run="r", source="csv", checkpoint_steps=[20, 30, 40, 60])
     assert missing == [30, 60] == missing_steps(rows, [20, 30, 40, 60])
     assert "30, 60" in caplog.text
@@ -491,7 +491,7 @@ def _verl_rows(test_freq: int = 5, last: int = 15) -> list[dict]:
 
 def test_verl_step_zero_validation_is_kept_online(caplog):
     api = FakeApi({"team/dapo/r1": FakeRun(_verl_rows())})
-    with caplog.at_level(logging.INFO, logger="hed.pass1_sources"):
+    with caplog.at_level(logging.INFO, logger="hed.pass1.sources"):
         history = read_wandb_history(
             "team/dapo/r1", metric_key=VERL_METRIC, api_factory=_factory(api)
         )
@@ -516,7 +516,7 @@ def test_step_key_less_rows_are_dropped_when_wandb_step_is_another_counter(caplo
         if step % 3 == 0:
             rows.append({"_step": 2 * step, STEP: step, VERL_METRIC: step / 10})
     api = FakeApi({"e/p/r": FakeRun(rows)})
-    with caplog.at_level(logging.WARNING, logger="hed.pass1_sources"):
+    with caplog.at_level(logging.WARNING, logger="hed.pass1.sources"):
         history = read_wandb_history("e/p/r", metric_key=VERL_METRIC, api_factory=_factory(api))
 
     assert history["step"].tolist() == [3, 6]
@@ -584,7 +584,7 @@ def test_key_only_in_netrc_is_used_by_the_online_reader(tmp_path, monkeypatch, l
 
 
 def test_environment_key_wins_over_netrc(tmp_path, monkeypatch, local_server):
-    from hed.pass1_sources import resolve_wandb_api_key
+    from hed.pass1.sources import resolve_wandb_api_key
 
     host = local_server.removeprefix("http://")
     netrc = tmp_path / "netrc"
@@ -619,7 +619,7 @@ def test_no_key_anywhere_mentions_wandb_login(tmp_path, monkeypatch):
     ],
 )
 def test_run_path_and_url_resolve(spelling):
-    from hed.pass1_sources import WandbRunRef, parse_run_path
+    from hed.pass1.sources import WandbRunRef, parse_run_path
 
     assert parse_run_path(spelling) == WandbRunRef("team", "dapo", "r1")
 
@@ -636,7 +636,7 @@ def test_run_path_and_url_resolve(spelling):
 )
 def test_a_project_page_url_is_not_taken_for_a_run(url):
     # a project page's URL has three path parts too: its page name is no run id
-    from hed.pass1_sources import parse_run_path
+    from hed.pass1.sources import parse_run_path
 
     with pytest.raises(ConfigError) as exc_info:
         parse_run_path(url)
@@ -646,7 +646,7 @@ def test_a_project_page_url_is_not_taken_for_a_run(url):
 
 
 def test_run_given_as_run_option_in_the_config():
-    from hed.pass1_sources import WandbRunRef, wandb_run_ref
+    from hed.pass1.sources import WandbRunRef, wandb_run_ref
 
     cfg = parse_run_config(
         {"runs": {"d": {"sources": {"wandb": {"run": "https://wandb.ai/t/p/runs/x9"}}}}}, "d"
@@ -678,7 +678,7 @@ def test_bad_run_reference_is_one_line(options, expected):
 
 
 def test_display_name_resolves_through_the_api():
-    from hed.pass1_sources import WandbRunRef
+    from hed.pass1.sources import WandbRunRef
 
     runs = {"t/p/a1": FakeRun(_verl_rows()), "t/p/b2": FakeRun([{"_step": 0, VERL_METRIC: 1.0}])}
     runs["t/p/a1"].name = "dapo_qwen3_8b_clip_higher"
@@ -693,7 +693,7 @@ def test_display_name_resolves_through_the_api():
 
 
 def test_ambiguous_or_unknown_display_name_is_one_line():
-    from hed.pass1_sources import WandbRunRef
+    from hed.pass1.sources import WandbRunRef
 
     runs = {"t/p/a1": FakeRun([]), "t/p/b2": FakeRun([]), "t/p/c3": FakeRun([])}
     for run in runs.values():
@@ -712,7 +712,7 @@ def test_ambiguous_or_unknown_display_name_is_one_line():
 
 def test_unknown_display_name_lists_candidates_without_reading_the_whole_project():
     # W&B pages through a project's runs (50 a request): an error message reads only what it shows
-    from hed.pass1_sources import WandbRunRef
+    from hed.pass1.sources import WandbRunRef
 
     class Project(FakeApi):
         read = 0
@@ -755,7 +755,7 @@ def test_behind_a_proxy_the_proxy_is_what_must_answer(monkeypatch, local_server)
     # server itself need not resolve or answer from here, the proxy must
     import socket
 
-    from hed.pass1_sources import check_reachable
+    from hed.pass1.sources import check_reachable
 
     for name in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "https_proxy"):
         monkeypatch.delenv(name, raising=False)

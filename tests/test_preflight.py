@@ -7,7 +7,7 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Node, Pipeline
 
 from hed.errors import ConfigError
-from hed.preflight import check_parameters
+from hed.config.preflight import check_parameters
 
 GENERATION = {"num_shards": 1, "samples_per_prompt": 2, "max_new_tokens": 8, "dtype": "auto"}
 AGGREGATION = {"top_entropy_frac": 0.2, "lexicon": {"anthropomorphic": ["wait"]}}
@@ -61,7 +61,7 @@ def test_short_message_finds_the_hed_error_kedro_wrapped():
     from kedro.io.core import DatasetError
 
     from hed.errors import InputDataError, short_message
-    from hed.runners import FailedNodesError
+    from hed.runners.gpu import FailedNodesError
 
     cause = InputDataError("/d/shard_0.parquet: column entropy is nan at (0, 0, 1)")
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 import logging
 
-from hed import progress as progress_module
-from hed.progress import ShardProgress
+from hed.decode import progress as progress_module
+from hed.decode.progress import ShardProgress
 
 
 class _Clock:
@@ -21,7 +21,7 @@ def test_without_a_terminal_it_logs_every_period_with_an_eta(monkeypatch, caplog
     clock = _Clock()
     monkeypatch.setattr(progress_module.time, "monotonic", clock)
     bar = ShardProgress("r.step_0.shard_1", total=10, every_s=30, stream=io.StringIO())
-    with caplog.at_level(logging.INFO, logger="hed.progress"):
+    with caplog.at_level(logging.INFO, logger="hed.decode.progress"):
         clock.now = 110.0
         bar(0, 40)  # within the period: no line
         clock.now = 130.0

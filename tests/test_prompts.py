@@ -1,12 +1,12 @@
-"""hed.prompts and prompt files: the chat template, an empty prompt file (node tests: pipelines)."""
+"""hed.decode.prompts and prompt files: the chat template, an empty prompt file (node tests: pipelines)."""
 
 from __future__ import annotations
 
 import pytest
 
-from hed.datasets import PromptFileDataset
+from hed.io.datasets import PromptFileDataset
 from hed.errors import InputDataError
-from hed.prompts import render_prompt
+from hed.decode.prompts import render_prompt
 
 
 def test_empty_prompt_file_names_the_file(tmp_path):

@@ -1,10 +1,10 @@
-"""hed.provenance: what a run's ``run_context`` records (datasets, git state, packages, runner)."""
+"""hed.io.provenance: what a run's ``run_context`` records (datasets, git state, packages, runner)."""
 
 from __future__ import annotations
 
 from kedro.io import DataCatalog
 
-from hed import provenance
+from hed.io import provenance as provenance
 
 
 def test_describe_dataset_versions_and_missing_versions(tmp_path):
@@ -40,7 +40,7 @@ def test_package_versions_reads_installed_metadata():
 
 
 def test_resolved_config_names_the_runner_class_not_its_repr():
-    from hed.provenance import _runner_name
+    from hed.io.provenance import _runner_name
 
     repr_ = "<hed.runners.GPURunner object at 0x7f3a2c1b9d50>"
     assert _runner_name(repr_) == "hed.runners.GPURunner"

@@ -15,7 +15,7 @@ from kedro.pipeline import Node, Pipeline
 from kedro_datasets.json import JSONDataset
 
 from hed.errors import ConfigError
-from hed.runners import FailedNodesError, RayRunner
+from hed.runners.gpu import FailedNodesError, RayRunner
 from tests import runner_nodes
 from tests.project_copy import (
     MERGED_FOLDER,
@@ -51,7 +51,8 @@ def local_ray():
 
 
 def test_hed_runners_exposes_ray_runner():
-    from hed import ray_runner, runners
+    from hed.runners import gpu as runners
+    from hed.runners import ray as ray_runner
 
     assert runners.RayRunner is ray_runner.RayRunner
 
@@ -89,7 +90,7 @@ def test_gpu_nodes_are_ray_tasks_with_one_gpu_each_in_fresh_processes(local_ray,
         Node(func=runner_nodes.describe_process, inputs=None, outputs="here", name="here"),
     ]
     runner = RayRunner()
-    with caplog.at_level("INFO", logger="hed.ray_runner"):
+    with caplog.at_level("INFO", logger="hed.runners.ray"):
         runner.run(Pipeline(nodes), json_catalog(tmp_path, [*names, "here"]))
 
     records = [read(tmp_path, n) for n in names]

@@ -1,4 +1,4 @@
-"""hed.recording: decode-time records equal float64 values of the logits generate used."""
+"""hed.decode.hf: decode-time records equal float64 values of the logits generate used."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from hed.entropy import NonFiniteLogitsError
+from hed.core.entropy import NonFiniteLogitsError
 from hed.errors import CheckpointError, ConfigError
-from hed.recording import (
+from hed.decode.hf import (
     DecodeRecorder,
     GumbelSampler,
     PromptInput,
@@ -25,7 +25,7 @@ from hed.recording import (
     resolve_dtype,
     sequence_seed,
 )
-from hed.token_text import decode_text
+from hed.core.token_text import decode_text
 
 QUESTIONS = [
     "What is 2+2?",
@@ -376,7 +376,7 @@ def test_load_model_and_tokenizer(tiny_model_dir, tmp_path):
 
 
 def test_resolve_dtype_and_params_validation(monkeypatch, tiny_model_dir, tmp_path):
-    from hed import compute_dtype
+    from hed.core import compute_dtype as compute_dtype
 
     monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: False)
     assert resolve_dtype("by_device", "cpu") == torch.float32

@@ -1,4 +1,4 @@
-"""Teacher-forced re-scoring (hed.rescoring): values against a float64 full-logits reference,
+"""Teacher-forced re-scoring (hed.decode.teacher_forced): values against a float64 full-logits reference,
 the chunking, the rank definition, and self-consistency with decode-time records on SmolLM2."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from hed.errors import CheckpointError, InputDataError
-from hed.recording import (
+from hed.decode.hf import (
     PromptInput,
     SamplingParams,
     checkpoint_eos_token_ids,
     generate_sequences,
     load_model_and_tokenizer,
 )
-from hed.rescoring import (
+from hed.decode.teacher_forced import (
     CONSISTENCY_TOLERANCE_NATS,
     ResponseToScore,
     compare_scores,

@@ -29,8 +29,8 @@ import pytest
 from kedro.io.core import DatasetError, Version
 from kedro_datasets.json import JSONDataset
 
-from hed.atomic_io import install_atomic_local_writes, remove_stale_temporaries
-from hed.datasets import ArrowParquetDataset, write_parquet_atomically
+from hed.records.atomic_io import install_atomic_local_writes, remove_stale_temporaries
+from hed.io.datasets import ArrowParquetDataset, write_parquet_atomically
 from hed.errors import ConfigError, InputDataError
 
 from .project_copy import (
@@ -82,7 +82,7 @@ def test_resume_runs_only_the_unfinished_shards_and_keeps_the_finished_files(res
     ran = {
         int(line.split(".shard_")[1].split(".")[0])
         for line in run.resume_log.splitlines()
-        if "hed.runners: Running node" in line and ".generate_shard" in line
+        if "hed.runners.gpu: Running node" in line and ".generate_shard" in line
     }
     assert ran == set(range(NUM_SHARDS)) - set(finished)
     for shard in ran:
@@ -157,7 +157,7 @@ def truncated_shard(resumed_small_step) -> Truncation:
     except Exception as exc:
         refusal = exc
     messages = _Messages()
-    logger = logging.getLogger("hed.datasets")
+    logger = logging.getLogger("hed.io.datasets")
     logger.addHandler(messages)
     threads = torch.get_num_threads()  # generate_shard sets torch_threads in this process
     try:
@@ -321,7 +321,7 @@ def test_truncated_parquet_counts_as_missing_and_fails_to_load_in_one_line(tmp_p
     fresh = ArrowParquetDataset(
         filepath=str(tmp_path / "shard_0.parquet"), version=Version(None, None)
     )
-    with caplog.at_level(logging.WARNING, logger="hed.datasets"):
+    with caplog.at_level(logging.WARNING, logger="hed.io.datasets"):
         assert not fresh.exists()
     assert f"{path} is not a complete Parquet file" in caplog.text
     with pytest.raises(InputDataError) as exc:

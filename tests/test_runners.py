@@ -26,9 +26,9 @@ from kedro.io.data_catalog import SharedMemoryDataCatalog
 from kedro.pipeline import Node, Pipeline
 from kedro_datasets.json import JSONDataset
 
-from hed import runners
+from hed.runners import gpu as runners
 from hed.errors import ConfigError
-from hed.runners import FailedNodesError, GPURunner, Slot, dispatch_key, resolve_slots
+from hed.runners.gpu import FailedNodesError, GPURunner, Slot, dispatch_key, resolve_slots
 from tests import runner_nodes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -74,12 +74,12 @@ def test_resolve_slots_rejects_bad_values(monkeypatch, gpus, cpu_workers):
 
 def test_gpu_ids_without_cuda_are_kept_but_warned_about(monkeypatch, caplog):
     monkeypatch.setattr(runners, "visible_gpus", lambda: [])
-    with caplog.at_level("WARNING", logger="hed.runners"):
+    with caplog.at_level("WARNING", logger="hed.runners.gpu"):
         assert resolve_slots("0:1") == [Slot("GPU 0", "0"), Slot("GPU 1", "1")]
     assert "gpus=0:1 names GPUs but torch sees no CUDA device" in caplog.text
     caplog.clear()
     monkeypatch.setattr(runners, "visible_gpus", lambda: ["0", "1"])
-    with caplog.at_level("WARNING", logger="hed.runners"):
+    with caplog.at_level("WARNING", logger="hed.runners.gpu"):
         resolve_slots([1])
     assert "no CUDA device" not in caplog.text
 

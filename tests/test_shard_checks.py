@@ -1,4 +1,4 @@
-"""hed.shard_checks without Kedro: key scans, coverage, counts, the folder of a shard.
+"""hed.records.shard_checks without Kedro: key scans, coverage, counts, the folder of a shard.
 
 (The checks on whole shard files written by the pipeline's own writer, with every message:
 ``tests/pipelines/test_aggregation.py``.)
@@ -12,7 +12,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from hed.errors import InputDataError
-from hed.shard_checks import (
+from hed.records.shard_checks import (
     check_response_keys,
     check_shard_count,
     examples,

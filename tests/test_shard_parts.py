@@ -1,6 +1,6 @@
 """Crash-safe shards: finished sequences survive a SIGKILL and a rerun generates only the rest.
 
-Unit tests of :mod:`hed.shard_parts` (exact round trip, binding, discard of stale parts, the
+Unit tests of :mod:`hed.records.shard_parts` (exact round trip, binding, discard of stale parts, the
 cleanup hook), then the kill test: ``kedro run --pipeline generation`` of one shard of
 8 batches (demo SmolLM2, CPU) is SIGKILLed once at least one batch is in the partial area,
 rerun with the same command, and its records are compared with an uninterrupted run's, value
@@ -23,10 +23,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from hed.datasets import ShardPartsDataset
+from hed.io.datasets import ShardPartsDataset
 from hed.hooks import ShardPartsHooks
-from hed.recording import PromptInput, SamplingParams, generate_sequences, load_model_and_tokenizer
-from hed.shard_parts import ShardParts, keep_and_generate
+from hed.decode.hf import PromptInput, SamplingParams, generate_sequences, load_model_and_tokenizer
+from hed.records.shard_parts import ShardParts, keep_and_generate
 
 from .project_copy import (
     RUN,
@@ -88,7 +88,7 @@ def test_a_rerun_keeps_the_parts_and_generates_only_the_missing_pairs(tmp_path, 
         asked.append(set(kept))
         return iter([s for s in sequences if (s.prompt_index, s.sample_index) not in kept])
 
-    with caplog.at_level(logging.INFO, logger="hed.shard_parts"):
+    with caplog.at_level(logging.INFO, logger="hed.records.shard_parts"):
         result, n_kept = keep_and_generate(
             ShardParts(parts.folder), BINDING, generate, every=2, label="r.step_0.shard_0"
         )
@@ -103,7 +103,7 @@ def test_parts_of_other_parameters_are_discarded_with_a_log_line(tmp_path, seque
     parts.open(BINDING)
     parts.write(sequences)
     other = {**BINDING, "checkpoint": {"config_sha256": "b"}}
-    with caplog.at_level(logging.WARNING, logger="hed.shard_parts"):
+    with caplog.at_level(logging.WARNING, logger="hed.records.shard_parts"):
         assert ShardParts(parts.folder).open(other, "r.step_0.shard_0") == []
     [line] = [r.getMessage() for r in caplog.records]
     assert line.startswith("r.step_0.shard_0: discarding 1 partial part file(s)")
@@ -116,7 +116,7 @@ def test_an_unreadable_part_is_removed_and_regenerated(tmp_path, sequences, capl
     parts.open(BINDING)
     parts.write(sequences[:2])
     (parts.folder / "part_000001.parquet").write_bytes(b"PAR1 not really")
-    with caplog.at_level(logging.WARNING, logger="hed.shard_parts"):
+    with caplog.at_level(logging.WARNING, logger="hed.records.shard_parts"):
         kept = ShardParts(parts.folder).open(BINDING)
     assert_same(kept, sequences[:2])
     assert "removing unreadable part" in caplog.text

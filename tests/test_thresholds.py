@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hed.errors import ConfigError, InputDataError
-from hed.thresholds import (
+from hed.core.thresholds import (
     HighEntropyMarker,
     compute_threshold,
     count_below,

@@ -1,4 +1,4 @@
-"""The token report (hed.token_report): data, escaping, and the page in a real browser.
+"""The token report (hed.report.token_report): data, escaping, and the page in a real browser.
 
 The browser tests open the demo report (tests/token_report_demo.py: real SmolLM2 token ids
 and texts, HED's word rule and lexicon) from disk in Debian's headless ``chromium`` driven by
@@ -21,9 +21,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from hed import token_report as tr
+from hed.report import token_report as tr
 from hed.errors import ConfigError
-from hed.token_text import DECODE_KWARGS
+from hed.core.token_text import DECODE_KWARGS
 
 from .browser import open_page
 from .token_report_demo import RESPONSES, RUN, STEPS, demo_prompts, demo_step

@@ -1,4 +1,4 @@
-"""hed.token_text on the real SmolLM2 byte-level BPE tokenizer (DESIGN.md §5.3)."""
+"""hed.core.token_text on the real SmolLM2 byte-level BPE tokenizer (DESIGN.md §5.3)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from hed import token_text as token_text_module
-from hed.token_text import (
+from hed.core import token_text as token_text_module
+from hed.core.token_text import (
     BLOCK_TOKENS,
     DECODE_KWARGS,
     REPLACEMENT_CHAR,

@@ -40,8 +40,8 @@ from kedro.framework.session import KedroSession
 from PIL import Image
 from transformers import LlamaForCausalLM
 
-from hed import layout
-from hed.figures import CATEGORY_COLOURS, figure3_size, figure_size
+from hed.config import layout as layout
+from hed.report.figures import CATEGORY_COLOURS, figure3_size, figure_size
 
 from .conftest import REPO_ROOT, build_tiny_model
 

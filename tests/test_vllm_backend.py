@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from hed.recording import PromptInput, SamplingParams, sequence_seed
-from hed.vllm_backend import (
+from hed.decode.hf import PromptInput, SamplingParams, sequence_seed
+from hed.decode.vllm import (
     RecordingEngine,
     VLLMSettings,
     engine_arguments,
@@ -278,8 +278,8 @@ def test_processor_follows_moves_swaps_and_recomputed_requests():
     from vllm import SamplingParams as VSamplingParams
     from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 
-    from hed.entropy import token_distribution_stats
-    from hed.vllm_recording import EXTRA_ARGS_KEY, RecordSink, make_processor_class
+    from hed.core.entropy import token_distribution_stats
+    from hed.decode.vllm_processor import EXTRA_ARGS_KEY, RecordSink, make_processor_class
 
     sink = RecordSink(temperature=0.7, top_prob_k=3)
     processor = make_processor_class(sink)(None, torch.device("cpu"), False)

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from hed.words import assign_words, is_letter, is_unspaced, token_own_words
+from hed.core.words import assign_words, is_letter, is_unspaced, token_own_words
 
 
 def words(tokens, starts=None, special=None, dictionary=()):

@@ -1,8 +1,8 @@
 """Demo records for the token report: real SmolLM2 token ids and texts, HED's own word rule.
 
 Two steps (0 and 20) × 3 prompts × 2 samples. Each response is tokenized with the real
-tokenizer; ``token_text`` comes from :func:`hed.token_text.token_texts`, ``word`` from
-:func:`hed.words.assign_words`, ``category`` from the default lexicon, ``is_high_entropy`` from
+tokenizer; ``token_text`` comes from :func:`hed.core.token_text.token_texts`, ``word`` from
+:func:`hed.core.words.assign_words`, ``category`` from the default lexicon, ``is_high_entropy`` from
 the exact top-ρ rule of the step. Entropies, probabilities and top-k alternatives are drawn
 from a seeded generator (the sampled token is among the top-k). One response holds
 ``<script>alert(1)</script>`` and ``</span>``.
@@ -17,10 +17,10 @@ import pandas as pd
 import pyarrow as pa
 import yaml
 
-from hed.lexicon import parse_lexicon
-from hed.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA
-from hed.token_text import token_texts
-from hed.words import assign_words
+from hed.core.lexicon import parse_lexicon
+from hed.records.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA
+from hed.core.token_text import token_texts
+from hed.core.words import assign_words
 
 from .conftest import REPO_ROOT
 

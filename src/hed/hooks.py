@@ -1,8 +1,8 @@
 """Project hooks: cross-cutting concerns that do not belong in nodes.
 
 :class:`ProjectHooks` activates the environment's layout, exports credentials and runs the
-pre-run checks (:mod:`hed.preflight`); :class:`ProvenanceHooks` fills ``run_context`` with
-what only the session knows (:mod:`hed.provenance`). ``settings.py`` registers both.
+pre-run checks (:mod:`hed.config.preflight`); :class:`ProvenanceHooks` fills ``run_context`` with
+what only the session knows (:mod:`hed.io.provenance`). ``settings.py`` registers both.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.framework.project import settings
 
-from hed import layout, params, run_lock
+from hed.config import layout, params
+from hed.io import run_lock
 from hed.errors import ConfigError
-from hed.pass1_sources import export_wandb_api_key
-from hed.preflight import check_parameters, check_reused_shards
-from hed.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
+from hed.pass1.sources import export_wandb_api_key
+from hed.config.preflight import check_parameters, check_reused_shards
+from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class ProjectHooks:
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
-        """Hand the environment's parameters to :mod:`hed.layout` before pipelines are built.
+        """Hand the environment's parameters to :mod:`hed.config.layout` before pipelines are built.
 
         The generation and aggregation pipelines have one node per (run, step[, shard]), so
         ``register_pipelines`` needs the active environment's ``runs`` and ``num_shards``
@@ -97,7 +98,7 @@ class ProjectHooks:
 
     @hook_impl
     def after_pipeline_run(self) -> None:
-        """Release the data root's run lock (:mod:`hed.run_lock`)."""
+        """Release the data root's run lock (:mod:`hed.io.run_lock`)."""
         run_lock.release(layout.data_root())
 
     @hook_impl
@@ -158,7 +159,7 @@ _ANNOUNCED = {
 
 
 class ProvenanceHooks:
-    """Fill ``run_context`` for the nodes that take it (:mod:`hed.provenance` says what it holds).
+    """Fill ``run_context`` for the nodes that take it (:mod:`hed.io.provenance` says what it holds).
 
     Stateless: what it records goes into the run's catalog, never onto the instance.
     """
@@ -212,7 +213,7 @@ _TABLE_TYPES = ("CSVDataset", "MatplotlibDataset", "TextDataset")
 class ShardPartsHooks:
     """Remove a shard's partial area once every output of its node is saved.
 
-    The generation node takes the area (:class:`hed.shard_parts.ShardParts`, loaded from a
+    The generation node takes the area (:class:`hed.records.shard_parts.ShardParts`, loaded from a
     ``<run>.step_<step>.shard_<k>.partial`` dataset) as an input; Kedro saves the node's
     outputs after ``after_node_run``, so the area is removed from ``after_dataset_saved`` of
     the node's last output, and a crash before then keeps it. Works in ``GPURunner``'s node
@@ -224,7 +225,7 @@ class ShardPartsHooks:
 
     @hook_impl
     def before_node_run(self, node: Any, inputs: dict[str, Any]) -> None:
-        from hed.shard_parts import ShardParts
+        from hed.records.shard_parts import ShardParts
 
         areas = [value for value in inputs.values() if isinstance(value, ShardParts)]
         if areas:

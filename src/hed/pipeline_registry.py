@@ -14,7 +14,7 @@ def register_pipelines() -> dict[str, Pipeline]:
     """Register the project's pipelines.
 
     The generation and aggregation pipelines have one node per (run, step[, shard]) of the
-    active configuration environment (see :mod:`hed.layout`); ``__default__`` is the whole
+    active configuration environment (see :mod:`hed.config.layout`); ``__default__`` is the whole
     chain generation → aggregation → dynamics → metrics → reporting, preceded by ``mini_rl``
     (training) in environments that have one (``conf/mini_dapo``; empty elsewhere), and
     followed by ``rescoring`` where ``rescoring.in_default`` is true (``conf/mini_dapo``).
@@ -35,7 +35,7 @@ def register_pipelines() -> dict[str, Pipeline]:
 
 def _rescoring_in_default() -> bool:
     """Whether the active environment's ``rescoring.in_default`` is true."""
-    from hed.layout import active_params
+    from hed.config.layout import active_params
 
     section = active_params().get("rescoring") or {}
     return isinstance(section, dict) and bool(section.get("in_default"))

@@ -4,7 +4,7 @@ import warnings
 
 from kedro.config import OmegaConfigLoader
 
-from hed.atomic_io import install_atomic_local_writes, install_atomic_object_writes
+from hed.records.atomic_io import install_atomic_local_writes, install_atomic_object_writes
 from hed.errors import install_short_tracebacks
 from hed.hooks import ProjectHooks, ProvenanceHooks, ShardPartsHooks
 

@@ -20,13 +20,13 @@ from kedro.config import OmegaConfigLoader
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
-from hed.datasets import write_parquet_atomically
+from hed.io.datasets import write_parquet_atomically
 from hed.errors import ConfigError, HEDError, InputDataError
-from hed.layout import RunSpec, StudyLayout
-from hed.lexicon import parse_lexicon
+from hed.config.layout import RunSpec, StudyLayout
+from hed.core.lexicon import parse_lexicon
 from hed.pipelines.aggregation import create_pipeline
 from hed.pipelines.aggregation import nodes as agg
-from hed.schema import (
+from hed.records.schema import (
     HIGH_ENTROPY_POSITION_SCHEMA,
     MERGED_TOKEN_RECORD_SCHEMA,
     SEQUENCE_SCHEMA,
@@ -180,7 +180,7 @@ CHECKPOINTS = {
 @pytest.fixture(autouse=True)
 def cpu_without_native_bf16(monkeypatch):
     """by_device on CPU is float32 here, as on a CPU without AVX512-BF16 / AMX."""
-    from hed import compute_dtype
+    from hed.core import compute_dtype as compute_dtype
 
     monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: False)
 

@@ -20,7 +20,7 @@ from kedro.runner import SequentialRunner
 from PIL import Image
 
 from hed.errors import ConfigError, InputDataError
-from hed.layout import RunSpec, StudyLayout
+from hed.config.layout import RunSpec, StudyLayout
 from hed.pipelines.dynamics import create_pipeline
 from hed.pipelines.dynamics import nodes as dyn
 
@@ -193,7 +193,7 @@ def test_every_environment_runs_dynamics_in_default_on_catalog_datasets(env):
     each dataset they write or read is a persisted catalog entry (a pattern or a name)."""
     from kedro.framework.project import configure_project
 
-    from hed import layout as hed_layout
+    from hed.config import layout as hed_layout
     from hed.pipeline_registry import register_pipelines
 
     loader = OmegaConfigLoader(

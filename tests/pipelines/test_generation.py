@@ -11,10 +11,10 @@ import json
 import pandas as pd
 import pytest
 
-from hed.datasets import PromptFileDataset
+from hed.io.datasets import PromptFileDataset
 from hed.errors import ConfigError, InputDataError
 from hed.pipelines.generation.nodes import build_prompt_set
-from hed.prompts import prompt_id
+from hed.decode.prompts import prompt_id
 
 PARAMS = {
     "prompt_columns": ["prompt", "question", "problem"],
@@ -98,7 +98,7 @@ def test_grading_ignores_the_eos_text():
     import numpy as np
 
     from hed.pipelines.generation.nodes import sequences_table
-    from hed.recording import GeneratedSequence
+    from hed.decode.hf import GeneratedSequence
 
     seq = GeneratedSequence(
         prompt_index=0,

@@ -13,10 +13,11 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 from kedro_datasets.pandas import CSVDataset
 
-from hed import layout, pass1_sources
+from hed.config import layout
+from hed.pass1 import sources as pass1_sources
 from hed.errors import ConfigError
 from hed.hooks import ProjectHooks
-from hed.layout import layout_from_params
+from hed.config.layout import layout_from_params
 from hed.pipelines.metrics import create_pipeline
 from tests.test_pass1_sources import FakeApi, FakeRun
 

@@ -17,9 +17,9 @@ from kedro.runner import SequentialRunner
 from kedro_datasets.json import JSONDataset
 from transformers import AutoModelForCausalLM
 
-from hed.checkpoints import discover_steps, model_dir_for_step
+from hed.decode.checkpoints import discover_steps, model_dir_for_step
 from hed.mini_rl.datasets import TaskSetDataset
-from hed.pass1_sources import read_wandb_offline_history
+from hed.pass1.sources import read_wandb_offline_history
 from hed.pipelines.generation.nodes import build_prompt_set, generate_shard, resolve_checkpoints
 from hed.pipelines.mini_rl import TRAINING_MANIFEST, create_pipeline, training_inputs
 from tests.conftest import build_tiny_model
@@ -251,7 +251,7 @@ def test_task_set_files_load_as_prompt_files(trained):
 
 
 def test_checkpoint_and_wandb_readers_wait_for_the_training():
-    from hed.layout import layout_from_params
+    from hed.config.layout import layout_from_params
     from hed.pipelines.generation import create_pipeline as generation_pipeline
     from hed.pipelines.metrics import create_pipeline as metrics_pipeline
 

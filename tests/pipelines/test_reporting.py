@@ -24,9 +24,9 @@ from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
 from kedro.runner import SequentialRunner
 
-from hed import provenance
+from hed.io import provenance as provenance
 from hed.errors import ConfigError
-from hed.figures import FIGURE2_MEASURES, figure3_size, figure_size
+from hed.report.figures import FIGURE2_MEASURES, figure3_size, figure_size
 from hed.hooks import ProvenanceHooks
 from hed.pipelines.reporting import create_pipeline
 from hed.pipelines.reporting.nodes import (

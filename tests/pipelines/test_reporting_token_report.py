@@ -17,7 +17,7 @@ from kedro.io import DataCatalog
 from kedro.runner import SequentialRunner
 
 from hed.pipelines.reporting import create_pipeline
-from hed.token_text import DECODE_KWARGS
+from hed.core.token_text import DECODE_KWARGS
 
 from ..conftest import REPO_ROOT
 from ..token_report_demo import RUN, STEPS, demo_prompts, demo_step

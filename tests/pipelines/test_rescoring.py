@@ -20,7 +20,7 @@ import torch
 import yaml
 from PIL import Image
 
-from hed import layout
+from hed.config import layout as layout
 from hed.errors import ConfigError, InputDataError
 from hed.pipelines.rescoring import create_pipeline
 from hed.pipelines.rescoring.nodes import (
@@ -28,7 +28,7 @@ from hed.pipelines.rescoring.nodes import (
     collect_rescored_entropies,
     select_user_responses,
 )
-from hed.rescoring_plan import RescoringConsistencyError, reference_plan, rescoring_section
+from hed.analysis.rescoring import RescoringConsistencyError, reference_plan, rescoring_section
 
 from ..conftest import build_tiny_model
 from ..project_copy import (
@@ -135,7 +135,7 @@ def test_every_checkpoint_scores_the_last_steps_responses(chain):
                         chain
                         / f"data/03_primary/rescoring/{run}/step_{step}/shard_0.rescored.parquet"
                     )
-                ).metadata[b"hed.rescoring"]
+                ).metadata[b"hed.decode.teacher_forced"]
             )
             assert (meta["dtype"], meta["reference"]["step"]) == ("float32", steps[-1])
 
@@ -301,7 +301,7 @@ def test_demo_step_rescored_under_gpu_runner_reproduces_its_records(
 # ------------------------------------------------------------------ nodes on hand-made tables
 
 
-def _records(entropy, *, dtype=None, name="hed.rescoring") -> ds.Dataset:
+def _records(entropy, *, dtype=None, name="hed.decode.teacher_forced") -> ds.Dataset:
     n = len(entropy)
     table = pa.table(
         {
@@ -367,7 +367,7 @@ def test_user_responses_are_numbered_and_checked():
 
 
 def test_response_pairs_file_errors_are_one_line(tmp_path):
-    from hed.reference_datasets import ResponsePairsDataset
+    from hed.io.reference_datasets import ResponsePairsDataset
 
     missing = ResponsePairsDataset(filepath=str(tmp_path / "pairs.parquet"))
     with pytest.raises(InputDataError, match=r"pairs\.parquet does not exist: write your"):

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from hed.errors import ConfigError
-from hed.layout import data_root
+from hed.config.layout import data_root
 from hed.mini_rl.reward import grader
-from hed.params import positive_int
+from hed.config.params import positive_int
 
 #: Bumped when the layout of what a training run writes changes (forces a retrain).
 FORMAT_VERSION = 1
@@ -55,10 +55,10 @@ def cpu_trainer_args(trainer_args: Mapping[str, Any]) -> dict[str, Any]:
     """``trainer_args`` with ``bf16`` set by the CPU's capability unless the run sets it.
 
     TRL trains on CPU (``use_cpu``); bfloat16 autocast only pays where the processor has
-    native bfloat16 (:func:`hed.compute_dtype.cpu_has_native_bf16`: AVX512-BF16 or AMX), so
+    native bfloat16 (:func:`hed.core.compute_dtype.cpu_has_native_bf16`: AVX512-BF16 or AMX), so
     no environment hard-codes it. An explicit ``bf16`` in ``mini_rl.training`` wins.
     """
-    from hed.compute_dtype import cpu_has_native_bf16
+    from hed.core.compute_dtype import cpu_has_native_bf16
 
     args = dict(trainer_args)
     if args.get("bf16") is None:

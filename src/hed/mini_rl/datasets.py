@@ -2,7 +2,7 @@
 
 The held-out validation set of the ``mini_dapo`` environment is ``raw_prompts``, the prompt
 file of the generation pipeline, so HED analyses the checkpoints on exactly the problems the
-training validated on. :class:`hed.datasets.PromptFileDataset` is read-only (users' prompt
+training validated on. :class:`hed.io.datasets.PromptFileDataset` is read-only (users' prompt
 files are inputs); this subclass adds ``save`` for the files the ``mini_rl`` pipeline writes.
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from hed.atomic_io import atomic_path
-from hed.datasets import PromptFileDataset
+from hed.records.atomic_io import atomic_path
+from hed.io.datasets import PromptFileDataset
 from hed.errors import InputDataError
 from hed.mini_rl.tasks import TASK_COLUMNS
 

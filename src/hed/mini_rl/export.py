@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hed.checkpoints import write_model_folder
+from hed.decode.checkpoints import write_model_folder
 
 MODEL_SUBDIR = "actor_hf"
 
@@ -56,7 +56,7 @@ def compute_copy(model: Any) -> Any:
 
     The weights are rounded to bfloat16 as :func:`checkpoint_copy` saves them, then kept in
     bfloat16 where the CPU computes it natively and cast to float32 elsewhere
-    (:func:`hed.compute_dtype.cpu_dtype_name`): the same values either way, without torch's
+    (:func:`hed.core.compute_dtype.cpu_dtype_name`): the same values either way, without torch's
     slow scalar bfloat16 kernel on CPUs without AVX512-BF16 / AMX.
     """
     import torch
@@ -68,7 +68,7 @@ def as_compute_dtype(frozen: Any) -> Any:
     """``frozen`` (a bfloat16 model, changed in place) in the CPU's compute dtype."""
     import torch
 
-    from hed.compute_dtype import cpu_dtype_name
+    from hed.core.compute_dtype import cpu_dtype_name
 
     return frozen.to(getattr(torch, cpu_dtype_name()))
 

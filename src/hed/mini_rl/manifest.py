@@ -6,7 +6,7 @@ Each trained run keeps ``<checkpoint_root>/mini_rl_run.json``. It is written wit
 that shapes the weights, see :meth:`hed.mini_rl.config.TrainingSpec.fingerprint`), the
 checkpoint folders with their greedy validation, the W&B offline run folder and the trainer's
 per-step log. A run is reused when its manifest is complete, its fingerprint matches, every
-checkpoint folder passes :func:`hed.checkpoints.validate_model_dir` and its W&B log exists;
+checkpoint folder passes :func:`hed.decode.checkpoints.validate_model_dir` and its W&B log exists;
 otherwise it is trained again from scratch.
 """
 
@@ -19,12 +19,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from hed.atomic_io import atomic_path
-from hed.checkpoints import discover_steps, model_dir_for_step
+from hed.records.atomic_io import atomic_path
+from hed.decode.checkpoints import discover_steps, model_dir_for_step
 from hed.errors import CheckpointError, ConfigError, InputDataError
 from hed.mini_rl.config import TrainingSpec
 from hed.mini_rl.export import step_dir
-from hed.pass1_sources import find_offline_run_file
+from hed.pass1.sources import find_offline_run_file
 
 logger = logging.getLogger(__name__)
 

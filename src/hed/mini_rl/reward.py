@@ -5,7 +5,7 @@ Two graders (``mini_rl.reward``):
 * ``integer_match`` (default): the last integer written in the response (digits with an
   optional sign; thousands separators allowed) equals the answer. ``11 + 25 = 36`` and
   ``The answer is 36.`` are correct for 36; ``11 + 25`` is not.
-* ``math_verify``: :func:`hed.grading.grade_response`, the grader of HED's ``generated``
+* ``math_verify``: :func:`hed.core.grading.grade_response`, the grader of HED's ``generated``
   pass@1. It evaluates expressions, so the bare restatement ``11 + 25`` counts as 36. Measured
   on the embedded SmolLM2 with this grader, the policy learned within 24 steps to echo the
   question's expression (``What is 11 + 25?`` → ``11 + 25``): held-out greedy "pass@1" rose
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hed.errors import ConfigError
-from hed.grading import grade_response
+from hed.core.grading import grade_response
 
 # an integer not glued to a word or a decimal point; a minus sign only when it starts a token
 _INTEGER = re.compile(r"(?<![\w.])-?\d[\d,]*")

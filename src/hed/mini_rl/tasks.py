@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from hed.errors import ConfigError
-from hed.params import positive_int
+from hed.config.params import positive_int
 
 KINDS = ("add", "sub", "mul", "word")
 

@@ -1,7 +1,7 @@
 """One mini-RL run: TRL's ``GRPOTrainer`` on CPU, checkpoints and validation at scheduled steps.
 
 :func:`train_run` loads the initial policy, renders the training prompts exactly as HED's
-generation pipeline renders its prompts (:func:`hed.prompts.render_prompt`), and runs
+generation pipeline renders its prompts (:func:`hed.decode.prompts.render_prompt`), and runs
 ``GRPOTrainer`` with the run's GRPOConfig arguments and the reward
 :func:`hed.mini_rl.reward.correctness_reward` (``mini_rl.reward``), inside an offline W&B run. A
 :class:`CheckpointCallback` handles the schedule: at step 0 (before the first update) and at
@@ -36,8 +36,8 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from hed.checkpoints import validate_model_dir
-from hed.embedded import ensure_embedded_checkpoint
+from hed.decode.checkpoints import validate_model_dir
+from hed.decode.embedded import ensure_embedded_checkpoint
 from hed.mini_rl.config import STEP_KEY, TrainingSpec, frame_hash, model_identity
 from hed.mini_rl.cpu import CoreMeter, torch_threads_for
 from hed.mini_rl.export import as_compute_dtype, checkpoint_copy, eos_ids_of, save_actor_hf
@@ -51,7 +51,7 @@ from hed.mini_rl.manifest import (
 from hed.mini_rl.reward import correctness_reward, grader
 from hed.mini_rl.validation import ValidationResult, greedy_validation
 from hed.mini_rl.wandb_offline import offline_run_folder, offline_wandb_run
-from hed.prompts import render_prompt
+from hed.decode.prompts import render_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -305,7 +305,7 @@ def train_or_reuse(
     """Reuse the run's checkpoints and W&B run when nothing that shapes them changed, else train.
 
     The initial policy is materialised first when ``spec.embedded``
-    (:func:`hed.embedded.ensure_embedded_checkpoint`). The fingerprint covers the training
+    (:func:`hed.decode.embedded.ensure_embedded_checkpoint`). The fingerprint covers the training
     parameters, the task sets' content and the initial weights (:meth:`TrainingSpec.fingerprint`).
 
     Returns:

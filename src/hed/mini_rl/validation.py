@@ -4,7 +4,7 @@ Greedy decoding makes the number a property of the weights alone (no sampling no
 checkpoints): pass@1 = the fraction of held-out problems whose greedy response the run's
 grader accepts (:mod:`hed.mini_rl.reward`; the training reward uses the same one). The entropy
 is that of softmax(z) over the full vocabulary at each generated position (nats;
-:func:`hed.entropy.entropy_from_logits`), averaged over every response token up to and
+:func:`hed.core.entropy.entropy_from_logits`), averaged over every response token up to and
 including its EOS.
 """
 
@@ -78,7 +78,7 @@ def greedy_validation(
     """
     import torch
 
-    from hed.entropy import entropy_from_logits
+    from hed.core.entropy import entropy_from_logits
 
     was_training = model.training
     model.eval()

@@ -3,22 +3,22 @@
 Per (run, step), in this order:
 
 1. :func:`check_sequences` — the shards are current and cover the step
-   (:func:`hed.shard_checks.checked_responses`).
+   (:func:`hed.records.shard_checks.checked_responses`).
 2. :func:`check_token_records` — the token records are current, in key order and agree with
-   the responses (:func:`hed.shard_checks.shard_report`).
+   the responses (:func:`hed.records.shard_checks.shard_report`).
 3. :func:`compute_entropy_threshold` — the exact top-ρ selection over the whole step
-   (:func:`hed.thresholds.compute_threshold`).
+   (:func:`hed.core.thresholds.compute_threshold`).
 4. :func:`read_lexicon` — ``aggregation.lexicon`` parsed once for the step's nodes.
 5. :func:`map_candidate_words` — the word of every sampled token id, for the top-k candidates.
 6. :func:`merge_token_records` — the merged, marked records and the merged responses
-   (:func:`hed.step_merge.merge_step`).
+   (:func:`hed.analysis.step_merge.merge_step`).
 7. :func:`select_high_entropy_positions`, :func:`tabulate_token_probability_mass`,
    :func:`tabulate_category_probability_mass`, :func:`summarise_step` — the per-step tables
-   (:mod:`hed.step_merge`, :mod:`hed.word_mass`, :mod:`hed.step_summary`).
+   (:mod:`hed.analysis.step_merge`, :mod:`hed.analysis.word_mass`, :mod:`hed.analysis.step_summary`).
 
 Then :func:`combine_tables` and :func:`combine_high_entropy_positions` stack the per-step
 tables of every run and step. Record tables are lazy ``pyarrow.dataset.Dataset`` objects
-(:class:`hed.datasets.ArrowParquetDataset`); the library streams them in record batches and
+(:class:`hed.io.datasets.ArrowParquetDataset`); the library streams them in record batches and
 returns streams of tables for large outputs (the dataset writes them atomically), so memory
 does not grow with the step.
 """
@@ -33,17 +33,17 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from hed.arrow_stream import DEFAULT_CHUNK
-from hed.lexicon import Lexicon, parse_lexicon
-from hed.params import chunk_records_param, shard_config
-from hed.params import section as parameter_section
-from hed.shard_checks import (
+from hed.records.arrow_stream import DEFAULT_CHUNK
+from hed.core.lexicon import Lexicon, parse_lexicon
+from hed.config.params import chunk_records_param, shard_config
+from hed.config.params import section as parameter_section
+from hed.records.shard_checks import (
     CurrentGeneration,
     checked_responses,
     non_special_entropies,
     shard_report,
 )
-from hed.step_merge import (
+from hed.analysis.step_merge import (
     HighEntropySpill,
     MergedStep,
     first_sampled_words,
@@ -51,9 +51,9 @@ from hed.step_merge import (
     read_spill,
     stacked_positions,
 )
-from hed.step_summary import step_summary
-from hed.thresholds import EntropyThreshold, compute_threshold, validate_top_entropy_frac
-from hed.word_mass import category_probability_mass, token_probability_mass
+from hed.analysis.step_summary import step_summary
+from hed.core.thresholds import EntropyThreshold, compute_threshold, validate_top_entropy_frac
+from hed.analysis.word_mass import category_probability_mass, token_probability_mass
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def check_sequences(
         The responses of all shards (SEQUENCE_SCHEMA), sorted by (prompt_index, sample_index).
 
     Raises:
-        InputDataError: see :func:`hed.shard_checks.checked_responses`.
+        InputDataError: see :func:`hed.records.shard_checks.checked_responses`.
         ConfigError: ``num_shards`` or ``samples_per_prompt`` is not a positive integer.
     """
     num_shards, samples = shard_config(generation)
@@ -107,7 +107,7 @@ def check_token_records(
         One row per shard: shard, source (file), n_sequences, n_records.
 
     Raises:
-        InputDataError: see :func:`hed.shard_checks.shard_report`.
+        InputDataError: see :func:`hed.records.shard_checks.shard_report`.
     """
     num_shards, _ = shard_config(generation)
     current = CurrentGeneration(generation, prompt_params, checkpoints, prompts)
@@ -132,7 +132,7 @@ def compute_entropy_threshold(
         run, step: the step.
 
     Returns:
-        The :class:`hed.thresholds.EntropyThreshold` (threshold in nats, n_high_entropy,
+        The :class:`hed.core.thresholds.EntropyThreshold` (threshold in nats, n_high_entropy,
         statistics).
 
     Raises:
@@ -171,7 +171,7 @@ def read_lexicon(shard_report: pd.DataFrame, aggregation: dict[str, Any]) -> Lex
         aggregation: ``params:aggregation``.
 
     Raises:
-        ConfigError: the lexicon is invalid (:func:`hed.lexicon.parse_lexicon`).
+        ConfigError: the lexicon is invalid (:func:`hed.core.lexicon.parse_lexicon`).
     """
     return parse_lexicon(parameter_section(aggregation, "aggregation").get("lexicon"))
 
@@ -185,7 +185,7 @@ def map_candidate_words(shard_report: pd.DataFrame, *shard_records: ds.Dataset) 
 
     Returns:
         token_id (int32), word (string; ``""`` when the text has no letters), sorted by id
-        (:func:`hed.step_merge.first_sampled_words`).
+        (:func:`hed.analysis.step_merge.first_sampled_words`).
     """
     return first_sampled_words(shard_records)
 
@@ -208,7 +208,7 @@ def merge_token_records(
 
     Returns:
         ``token_records`` (a stream of MERGED_TOKEN_RECORD_SCHEMA tables), ``high_entropy_rows``
-        (the :class:`hed.step_merge.HighEntropySpill` that stream fills), ``sequences``.
+        (the :class:`hed.analysis.step_merge.HighEntropySpill` that stream fills), ``sequences``.
 
     Raises:
         ConfigError: ``chunk_records`` is not a positive integer.
@@ -223,7 +223,7 @@ def select_high_entropy_positions(high_entropy_rows: HighEntropySpill) -> Iterat
     """Stream a step's high-entropy rows (HIGH_ENTROPY_POSITION_SCHEMA), set aside by the merge.
 
     Returns:
-        Tables of ``high_entropy_positions`` rows in key order (:func:`hed.step_merge.read_spill`).
+        Tables of ``high_entropy_positions`` rows in key order (:func:`hed.analysis.step_merge.read_spill`).
 
     Raises:
         InputDataError: the spill is missing (the merge did not complete).
@@ -241,7 +241,7 @@ def tabulate_token_probability_mass(
 
     Returns:
         run, step, word, category, count, count_share, sampled_prob_sum, sampled_prob_share,
-        topk_mass, topk_mass_share (definitions: :mod:`hed.word_mass`).
+        topk_mass, topk_mass_share (definitions: :mod:`hed.analysis.word_mass`).
     """
     return token_probability_mass(selection, high_entropy_positions, candidate_words, lexicon)
 
@@ -259,7 +259,7 @@ def summarise_step(
     token_records: ds.Dataset,
     lexicon: Lexicon,
 ) -> pd.DataFrame:
-    """One ``summary_by_step`` row (columns: :func:`hed.step_summary.step_summary`).
+    """One ``summary_by_step`` row (columns: :func:`hed.analysis.step_summary.step_summary`).
 
     Raises:
         InputDataError: the merged file marks another number of high-entropy tokens than

@@ -19,13 +19,13 @@ import pandas as pd
 import pyarrow.dataset as ds
 from matplotlib.figure import Figure
 
-from hed import dynamics_figures
-from hed.advantage import DEFAULT_EPSILON, ESTIMATORS, check_estimators, response_advantages
-from hed.correctness import correctness_values, entropy_by_correctness
-from hed.covariance import TOP_TOKEN_COLUMNS, CovarianceSettings, step_covariance
+from hed.report import dynamics_figures as dynamics_figures
+from hed.core.advantage import DEFAULT_EPSILON, ESTIMATORS, check_estimators, response_advantages
+from hed.analysis.correctness import correctness_values, entropy_by_correctness
+from hed.analysis.covariance import TOP_TOKEN_COLUMNS, CovarianceSettings, step_covariance
 from hed.errors import ConfigError, InputDataError
-from hed.lexicon import parse_lexicon
-from hed.response_index import ResponseIndex
+from hed.core.lexicon import parse_lexicon
+from hed.records.response_index import ResponseIndex
 
 logger = logging.getLogger(__name__)
 
@@ -92,10 +92,10 @@ def tabulate_advantage_covariance(
 
     Returns:
         (``advantage_covariance_by_step`` rows, one per estimator; the KL-Cov top tokens,
-        run, step, estimator + :data:`hed.covariance.TOP_TOKEN_COLUMNS`). Columns of the
+        run, step, estimator + :data:`hed.analysis.covariance.TOP_TOKEN_COLUMNS`). Columns of the
         first: run, step, estimator, skipped, n_responses (graded), n_responses_ungraded,
         n_prompts, n_single_sample_responses, zero_advantage_share, then
-        :func:`hed.covariance.step_covariance`'s row (n_tokens, mean_advantage, ...,
+        :func:`hed.analysis.covariance.step_covariance`'s row (n_tokens, mean_advantage, ...,
         mean_cov_high_entropy_<category>) and kl_cov_ratio.
 
     Raises:
@@ -201,7 +201,7 @@ def tabulate_entropy_by_correctness(
         ``entropy_by_correctness`` rows: run, step, correct (True, then False), skipped,
         n_responses, n_tokens, mean_entropy (nats), high_entropy_share, n_high_entropy,
         n_high_entropy_anthropomorphic, anthropomorphic_per_1k_tokens
-        (:func:`hed.correctness.entropy_by_correctness`). A step without graded responses
+        (:func:`hed.analysis.correctness.entropy_by_correctness`). A step without graded responses
         has one row, correct empty, with the reason in ``skipped``.
 
     Raises:

@@ -12,13 +12,13 @@ import pandas as pd
 import pyarrow as pa
 
 import hed
-from hed.checkpoints import checkpoint_fingerprint, model_dir_for_step
-from hed.embedded import ensure_embedded_checkpoint
+from hed.decode.checkpoints import checkpoint_fingerprint, model_dir_for_step
+from hed.decode.embedded import ensure_embedded_checkpoint
 from hed.errors import ConfigError, InputDataError
-from hed.grading import grade_response, normalise_reference, reference_parses
-from hed.layout import layout_from_params
-from hed.params import generation_backend, integer, sampling_params
-from hed.prompts import (
+from hed.core.grading import grade_response, normalise_reference, reference_parses
+from hed.config.layout import layout_from_params
+from hed.config.params import generation_backend, integer, sampling_params
+from hed.decode.prompts import (
     PROMPT_COLUMNS,
     check_context_length,
     line_of,
@@ -28,8 +28,8 @@ from hed.prompts import (
     sample_rows,
     unique_prompt_rows,
 )
-from hed.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
-from hed.shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
+from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+from hed.records.shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def resolve_checkpoints(
     """Find and validate the model folder of every selected (run, step), before any generation.
 
     Runs marked ``embedded: true`` get the embedded SmolLM2 materialised first
-    (:func:`hed.embedded.ensure_embedded_checkpoint`).
+    (:func:`hed.decode.embedded.ensure_embedded_checkpoint`).
 
     Args:
         runs: ``params:runs``.
@@ -172,22 +172,22 @@ def generate_shard(
     records per token the exact decode-time entropy (nats), logprob, prob and top-k of
     softmax(z / T) over the full vocabulary, its text and whether it is special; responses are
     graded with math-verify when the prompt has an answer. ``generation.backend`` picks the
-    sampler: ``hf`` (transformers ``generate``, :mod:`hed.recording`) or ``vllm`` (one vLLM
-    engine started and shut down inside this call, :mod:`hed.vllm_backend`); both yield the
+    sampler: ``hf`` (transformers ``generate``, :mod:`hed.decode.hf`) or ``vllm`` (one vLLM
+    engine started and shut down inside this call, :mod:`hed.decode.vllm`); both yield the
     same per-sequence records.
 
     Crash-safe: finished sequences go to the shard's partial area ``parts`` as they complete
     (one part per batch); a rerun with the same generation metadata and checkpoint keeps them
-    and generates only the missing (prompt, sample) pairs (:mod:`hed.shard_parts`). Progress:
+    and generates only the missing (prompt, sample) pairs (:mod:`hed.records.shard_parts`). Progress:
     a bar or periodic log lines, updated at every decode step, and a summary line
-    (:mod:`hed.progress`).
+    (:mod:`hed.decode.progress`).
 
     Args:
         prompts: ``prompts``.
         checkpoints: ``checkpoints`` (from :func:`resolve_checkpoints`).
         prompt_params: ``params:prompts`` (chat template settings).
         params: ``params:generation``.
-        parts: ``<run>.step_<step>.shard_<k>.partial`` (a :class:`hed.shard_parts.ShardParts`);
+        parts: ``<run>.step_<step>.shard_<k>.partial`` (a :class:`hed.records.shard_parts.ShardParts`);
             None keeps nothing on disk.
         run, step, shard: which shard of which checkpoint (bound when the pipeline is built).
 
@@ -198,7 +198,7 @@ def generate_shard(
         dtype, device, the checkpoint fingerprint, the shard's prompt ids and the effective
         chat-template settings, the backend with its version (and vLLM's engine settings);
         aggregation refuses shards whose record-shaping values are no longer current,
-        :mod:`hed.shard_metadata`).
+        :mod:`hed.records.shard_metadata`).
 
     Raises:
         ConfigError: the step is not in ``checkpoints``, a sampling parameter is invalid, or
@@ -210,15 +210,15 @@ def generate_shard(
     import torch
     import transformers
 
-    from hed.progress import ShardProgress
-    from hed.recording import (
+    from hed.decode.progress import ShardProgress
+    from hed.decode.hf import (
         PromptInput,
         checkpoint_eos_token_ids,
         generate_sequences,
         load_model_and_tokenizer,
         resolve_dtype,
     )
-    from hed.shard_parts import keep_and_generate
+    from hed.records.shard_parts import keep_and_generate
 
     entry = checkpoints.get(run, {}).get("steps", {}).get(str(step))
     if entry is None:
@@ -238,7 +238,7 @@ def generate_shard(
     answers = dict(zip(mine["prompt_index"].astype(int), mine["answer"], strict=True))
     ids_of = dict(zip(mine["prompt_index"].astype(int), mine["prompt_id"], strict=True))
     if backend == "vllm":
-        from hed.vllm_backend import open_vllm_backend
+        from hed.decode.vllm import open_vllm_backend
 
         tokenizer, eos_ids, generate_with, backend_record = open_vllm_backend(
             entry["model_dir"], params.get("vllm"), dtype=dtype, device=device
@@ -319,8 +319,8 @@ def dtype_name_of(dtype: Any) -> str:
 
 
 def sampling_params_from(params: dict[str, Any]):
-    """Build :class:`hed.recording.SamplingParams` from ``params:generation``, validated
-    (:func:`hed.params.sampling_params`).
+    """Build :class:`hed.decode.hf.SamplingParams` from ``params:generation``, validated
+    (:func:`hed.config.params.sampling_params`).
 
     Raises:
         ConfigError: a missing or out-of-range value (temperature ≤ 0, top_p outside (0, 1],

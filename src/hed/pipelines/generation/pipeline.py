@@ -6,7 +6,7 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.layout import StudyLayout, active_layout, training_inputs
+from hed.config.layout import StudyLayout, active_layout, training_inputs
 from hed.pipelines.binding import bound
 
 from .nodes import build_prompt_set, generate_shard, resolve_checkpoints
@@ -26,7 +26,7 @@ def create_pipeline(
     and, for every (run, step, shard), ``<run>.step_<step>.shard_<k>.generate_shard`` tagged
     ``gpu`` writing ``<run>.step_<step>.shard_<k>.token_records`` and ``.sequences``, with
     the shard's partial area ``<run>.step_<step>.shard_<k>.partial`` as an input (finished
-    sequences kept across a crash, :mod:`hed.shard_parts`).
+    sequences kept across a crash, :mod:`hed.records.shard_parts`).
     In an environment with ``mini_rl`` parameters, ``resolve_checkpoints`` also takes
     ``mini_rl_manifest`` so it runs after the training that writes the checkpoints.
 

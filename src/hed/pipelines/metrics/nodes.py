@@ -2,7 +2,7 @@
 
 ``fetch_wandb_history`` and ``read_csv_pass1`` are the pipeline's extract nodes: they read
 the external sources named in ``params:metrics`` (the W&B API or an offline run folder, a
-user CSV) through :mod:`hed.pass1_sources`. Everything after them is pure.
+user CSV) through :mod:`hed.pass1.sources`. Everything after them is pure.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from hed.pass1_sources import (
+from hed.pass1.sources import (
     GENERATED_METRIC,
     PASS1_COLUMNS,
     WANDB_SOURCES,
@@ -140,7 +140,7 @@ def select_pass1_for_figures(
 ) -> pd.DataFrame:
     """One pass@1 per (run, step) from each run's ``figure_source``.
 
-    See :func:`hed.pass1_sources.select_pass1` (the same, for use outside the pipeline).
+    See :func:`hed.pass1.sources.select_pass1` (the same, for use outside the pipeline).
 
     Returns:
         ``pass1_for_figures``: run, step, pass1 (empty at checkpoint steps without a value),

@@ -7,8 +7,8 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.layout import StudyLayout, active_layout, active_params, training_inputs
-from hed.pass1_sources import RunPass1Config, parse_run_config
+from hed.config.layout import StudyLayout, active_layout, active_params, training_inputs
+from hed.pass1.sources import RunPass1Config, parse_run_config
 from hed.pipelines.binding import bound
 
 from .nodes import (

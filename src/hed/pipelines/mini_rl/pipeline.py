@@ -11,7 +11,7 @@ from typing import Any
 from kedro.pipeline import Node, Pipeline
 
 from hed.errors import ConfigError
-from hed.layout import TRAINING_MANIFEST, active_params, training_inputs  # noqa: F401 - re-exported
+from hed.config.layout import TRAINING_MANIFEST, active_params, training_inputs  # noqa: F401 - re-exported
 from hed.pipelines.binding import bound
 
 from .nodes import collect_training_manifests, generate_task_sets, train_policy

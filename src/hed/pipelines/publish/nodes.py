@@ -6,7 +6,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hed.errors import ConfigError
-from hed.publishing import check_env_name, environment_label, rerun_reporting
+from hed.io.publishing import check_env_name, environment_label, rerun_reporting
 
 
 def plan_publication(
@@ -25,7 +25,7 @@ def plan_publication(
         publish: ``params:publish`` (``env_name``: folder name override, default null).
 
     Returns:
-        The plan :class:`hed.datasets.PublishedArtifactsDataset` saves (``final_artifacts``).
+        The plan :class:`hed.io.datasets.PublishedArtifactsDataset` saves (``final_artifacts``).
 
     Raises:
         ConfigError: the latest ``resolved_config`` comes from another environment, or does not

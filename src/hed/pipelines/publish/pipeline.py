@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.provenance import RUN_CONTEXT
+from hed.io.provenance import RUN_CONTEXT
 
 from .nodes import plan_publication
 
@@ -13,7 +13,7 @@ def create_pipeline(**kwargs) -> Pipeline:
     """Build the publish pipeline (one node; run it on its own: ``kedro run --pipelines publish``).
 
     ``publish_artifacts``: ``resolved_config`` + ``run_context`` + ``params:publish`` →
-    ``final_artifacts`` (:class:`hed.datasets.PublishedArtifactsDataset`).
+    ``final_artifacts`` (:class:`hed.io.datasets.PublishedArtifactsDataset`).
     """
     return Pipeline(
         [

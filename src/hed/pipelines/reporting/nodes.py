@@ -17,9 +17,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from hed import figures, provenance, token_report
+from hed.io import provenance
+from hed.report import figures, token_report
 from hed.errors import ConfigError
-from hed.params import (
+from hed.config.params import (
     fig2_measure_param,
     fig3_steps_param,
     reporting_section,
@@ -343,7 +344,7 @@ def build_figure3_table(
 def plot_figure2_png(
     figure2_table: pd.DataFrame, figure_plan: dict[str, Any], reporting: dict[str, Any]
 ) -> Figure:
-    """Draw Figure 2 (:func:`hed.figures.plot_figure2`) at ``reporting.figure2`` size and dpi,
+    """Draw Figure 2 (:func:`hed.report.figures.plot_figure2`) at ``reporting.figure2`` size and dpi,
     bars measuring ``reporting.fig2_measure``, one slot per step of ``fig2_steps``."""
     style = reporting_section(reporting).get("figure2") or {}
     return figures.plot_figure2(
@@ -360,7 +361,7 @@ def plot_figure2_png(
 def plot_figure3_png(
     figure3_table: pd.DataFrame, figure_plan: dict[str, Any], reporting: dict[str, Any]
 ) -> Figure:
-    """Draw Figure 3 (:func:`hed.figures.plot_figure3`) at ``reporting.figure3`` size and dpi."""
+    """Draw Figure 3 (:func:`hed.report.figures.plot_figure3`) at ``reporting.figure3`` size and dpi."""
     style = reporting_section(reporting).get("figure3") or {}
     return figures.plot_figure3(
         figure3_table,
@@ -465,7 +466,7 @@ def build_token_report(
         run_steps: ``(run, role, step)`` of the tables, bound when the pipeline is built.
 
     Returns:
-        One self-contained HTML document (:func:`hed.token_report.render_html`).
+        One self-contained HTML document (:func:`hed.report.token_report.render_html`).
 
     Raises:
         ConfigError: a malformed ``reporting.token_report`` section, or ``steps`` matching no

@@ -7,9 +7,9 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.layout import active_params, layout_from_params
+from hed.config.layout import active_params, layout_from_params
 from hed.pipelines.binding import bound
-from hed.provenance import RUN_CONTEXT
+from hed.io.provenance import RUN_CONTEXT
 
 from .nodes import (
     build_figure2_table,

@@ -15,7 +15,7 @@ import pyarrow.dataset as ds
 
 import hed
 from hed.errors import ConfigError, InputDataError
-from hed.overlap import (
+from hed.analysis.overlap import (
     CHANGE_COLUMNS,
     OVERLAP_COLUMNS,
     PERCENTILE_COLUMNS,
@@ -23,8 +23,8 @@ from hed.overlap import (
     entropy_overlap,
     entropy_percentiles,
 )
-from hed.rescoring import compare_scores
-from hed.rescoring_plan import (
+from hed.decode.teacher_forced import compare_scores
+from hed.analysis.rescoring import (
     CONSISTENCY_COLUMNS,
     REFERENCE_METADATA_KEY,
     RESCORING_METADATA_KEY,
@@ -37,8 +37,8 @@ from hed.rescoring_plan import (
     shard_dtype,
     shard_rows,
 )
-from hed.schema import RECORD_KEY, REFERENCE_RESPONSE_SCHEMA
-from hed.shard_metadata import GENERATION_METADATA_KEY
+from hed.records.schema import RECORD_KEY, REFERENCE_RESPONSE_SCHEMA
+from hed.records.shard_metadata import GENERATION_METADATA_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def select_reference_responses(
             ``hed.generation`` metadata is read (decode dtype, temperature, top_prob_k).
 
     Returns:
-        A :data:`~hed.schema.REFERENCE_RESPONSE_SCHEMA` table in (prompt_index, sample_index)
+        A :data:`~hed.records.schema.REFERENCE_RESPONSE_SCHEMA` table in (prompt_index, sample_index)
         order with the Parquet metadata ``hed.reference`` (source, run, step, decode_dtype,
         temperature, top_prob_k).
 
@@ -146,7 +146,7 @@ def select_user_responses(user_responses: pd.DataFrame) -> pa.Table:
             appearance, samples in order within a prompt).
 
     Returns:
-        A :data:`~hed.schema.REFERENCE_RESPONSE_SCHEMA` table (token ids null) with the metadata
+        A :data:`~hed.records.schema.REFERENCE_RESPONSE_SCHEMA` table (token ids null) with the metadata
         ``hed.reference`` = ``{"source": "file"}``.
 
     Raises:
@@ -210,7 +210,7 @@ def rescore_shard(
     rendered as generation renders it (``params:prompts``: chat template, system prompt) with
     this checkpoint's tokenizer and the response's token ids appended; per position the
     entropy, logprob, rank and top-k of ``softmax(z / T)`` over the whole vocabulary are
-    computed by :func:`hed.rescoring.score_responses`.
+    computed by :func:`hed.decode.teacher_forced.score_responses`.
 
     Args:
         reference_responses: ``<run>.reference_responses``.
@@ -223,8 +223,8 @@ def rescore_shard(
         run, step, shard, num_shards: bound when the pipeline is built.
 
     Returns:
-        A :data:`~hed.schema.RESCORED_RECORD_SCHEMA` table in key order with the Parquet
-        metadata ``hed.rescoring`` (dtype, device, temperature, top_prob_k, checkpoint,
+        A :data:`~hed.records.schema.RESCORED_RECORD_SCHEMA` table in key order with the Parquet
+        metadata ``hed.decode.teacher_forced`` (dtype, device, temperature, top_prob_k, checkpoint,
         reference).
 
     Raises:
@@ -234,9 +234,9 @@ def rescore_shard(
     """
     import torch
 
-    from hed.prompts import render_prompt
-    from hed.recording import checkpoint_eos_token_ids, load_model_and_tokenizer
-    from hed.rescoring import score_responses
+    from hed.decode.prompts import render_prompt
+    from hed.decode.hf import checkpoint_eos_token_ids, load_model_and_tokenizer
+    from hed.decode.teacher_forced import score_responses
 
     params = rescoring_section(rescoring)
     entry = checkpoints.get(run, {}).get("steps", {}).get(str(step))
@@ -466,21 +466,21 @@ def tabulate_entropy_percentiles(
 
 
 def plot_entropy_overlap_png(entropy_overlap: pd.DataFrame):
-    """The ``entropy_overlap`` figure (:func:`hed.rescoring_figures.plot_entropy_overlap`)."""
-    from hed.rescoring_figures import plot_entropy_overlap
+    """The ``entropy_overlap`` figure (:func:`hed.report.rescoring_figures.plot_entropy_overlap`)."""
+    from hed.report.rescoring_figures import plot_entropy_overlap
 
     return plot_entropy_overlap(entropy_overlap)
 
 
 def plot_entropy_change_png(entropy_change_by_percentile: pd.DataFrame):
     """The ``entropy_change_by_percentile`` figure."""
-    from hed.rescoring_figures import plot_entropy_change
+    from hed.report.rescoring_figures import plot_entropy_change
 
     return plot_entropy_change(entropy_change_by_percentile)
 
 
 def plot_entropy_percentiles_png(entropy_percentiles_by_step: pd.DataFrame):
     """The ``entropy_percentiles_by_step`` figure, with the 80/20 reference values marked."""
-    from hed.rescoring_figures import plot_entropy_percentiles
+    from hed.report.rescoring_figures import plot_entropy_percentiles
 
     return plot_entropy_percentiles(entropy_percentiles_by_step)

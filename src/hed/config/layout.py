@@ -1,0 +1,229 @@
+"""The study layout: which (run, step, shard) nodes the pipelines have.
+
+Kedro builds pipelines before it runs them, so the number of generation and aggregation nodes
+(one per run × step × shard, one per run × step) must be known when ``register_pipelines`` is
+called. The layout is read from the parameters of the active configuration environment:
+
+* ``runs`` (``parameters.yml``): ``{<run>: {role, checkpoint_root, steps, embedded}}``;
+  ``steps`` is a list or ``all`` (every ``global_step_<N>`` under ``checkpoint_root``).
+* ``generation.num_shards`` (``parameters_generation.yml``).
+
+``ProjectHooks.after_context_created`` hands the context's parameters (runtime ``--params``
+included) to :func:`activate` before Kedro asks for a pipeline; outside a session
+(``python -c``, tests) :func:`active_layout` loads ``conf/`` itself with the environment named
+by ``KEDRO_ENV`` (default ``local`` over ``base``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hed.decode.checkpoints import discover_steps
+from hed.errors import CheckpointError, ConfigError
+from hed.config.params import is_integer, positive_int
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("with_clip", "without_clip", "single")
+_RUN_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
+
+_active_params: dict[str, Any] | None = None
+_active_data_root: str | None = None
+
+#: The data root of the base environment (``conf/base/globals.yml``).
+DEFAULT_DATA_ROOT = "data"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One RL training run.
+
+    Attributes:
+        name: run name, used in dataset names (``<run>.step_<step>...``).
+        role: ``with_clip``, ``without_clip`` or ``single`` (docs/configuration.md).
+        checkpoint_root: folder holding ``global_step_<N>`` folders.
+        steps: selected steps, ascending.
+        embedded: materialise the embedded SmolLM2 into ``checkpoint_root`` when missing.
+    """
+
+    name: str
+    role: str
+    checkpoint_root: str
+    steps: tuple[int, ...]
+    embedded: bool = False
+
+
+@dataclass(frozen=True)
+class StudyLayout:
+    """All runs of an environment and the shard count."""
+
+    runs: tuple[RunSpec, ...]
+    num_shards: int
+
+    def run(self, name: str) -> RunSpec:
+        """Return the run called ``name``.
+
+        Raises:
+            ConfigError: no such run.
+        """
+        for spec in self.runs:
+            if spec.name == name:
+                return spec
+        known = ", ".join(r.name for r in self.runs)
+        raise ConfigError(f"unknown run {name!r}: known runs are {known}")
+
+    def run_steps(self) -> list[tuple[RunSpec, int]]:
+        """Every (run, step) pair in (run, step) order."""
+        return [(run, step) for run in self.runs for step in run.steps]
+
+
+def _parse_steps(name: str, steps: Any, root: str, embedded: bool) -> tuple[int, ...]:
+    if steps == "all":
+        if embedded and not Path(root).is_dir():
+            return (0,)
+        try:
+            return tuple(discover_steps(root))
+        except CheckpointError as exc:
+            raise ConfigError(f"runs.{name}.steps is 'all' but {exc}") from None
+    if is_integer(steps):
+        steps = [steps]
+    if not isinstance(steps, list | tuple) or not steps:
+        raise ConfigError(
+            f"runs.{name}.steps must be a non-empty list of integers or 'all', got {steps!r}"
+        )
+    parsed = []
+    for step in steps:
+        if not is_integer(step) or step < 0:
+            raise ConfigError(f"runs.{name}.steps: {step!r} is not a non-negative integer step")
+        parsed.append(step)
+    if len(set(parsed)) != len(parsed):
+        raise ConfigError(f"runs.{name}.steps lists a step twice: {parsed}")
+    return tuple(sorted(parsed))
+
+
+def layout_from_params(params: dict[str, Any]) -> StudyLayout:
+    """Build the layout from a Kedro parameters dictionary.
+
+    Raises:
+        ConfigError: ``runs`` missing or malformed, an unknown role, a bad run name or step list,
+            or ``generation.num_shards`` not a positive integer.
+    """
+    runs_cfg = params.get("runs")
+    if not isinstance(runs_cfg, dict) or not runs_cfg:
+        raise ConfigError(
+            "parameter `runs` is missing or empty: define at least one run in parameters.yml"
+        )
+    runs = []
+    for name, cfg in runs_cfg.items():
+        if not _RUN_NAME_RE.match(str(name)):
+            raise ConfigError(
+                f"run name {name!r}: use letters, digits, '_' or '-' "
+                "(it becomes part of dataset names)"
+            )
+        if not isinstance(cfg, dict):
+            raise ConfigError(f"runs.{name} must be a mapping with checkpoint_root, steps and role")
+        role = cfg.get("role", "single")
+        if role not in ROLES:
+            raise ConfigError(f"runs.{name}.role is {role!r}: use one of {', '.join(ROLES)}")
+        root = cfg.get("checkpoint_root")
+        if not root:
+            raise ConfigError(f"runs.{name}.checkpoint_root is missing")
+        embedded = bool(cfg.get("embedded", False))
+        steps = _parse_steps(name, cfg.get("steps", "all"), str(root), embedded)
+        runs.append(
+            RunSpec(
+                name=str(name), role=role, checkpoint_root=str(root), steps=steps, embedded=embedded
+            )
+        )
+    generation = params.get("generation")
+    if generation is None:
+        generation = {}
+    if not isinstance(generation, dict):
+        raise ConfigError(
+            "parameter `generation` must be a mapping (parameters_generation.yml), "
+            f"got {generation!r}"
+        )
+    num_shards = positive_int(generation.get("num_shards", 1), "generation.num_shards")
+    return StudyLayout(runs=tuple(runs), num_shards=num_shards)
+
+
+def activate(params: dict[str, Any]) -> None:
+    """Make ``params`` the source of :func:`active_layout` (called by the project hook)."""
+    global _active_params  # noqa: PLW0603 - the one hand-off point from the session to the registry
+    _active_params = params
+
+
+def activate_data_root(root: str | None) -> None:
+    """Make ``root`` (``globals.data_root`` of the session's environment) :func:`data_root`."""
+    global _active_data_root  # noqa: PLW0603 - set once per session by the project hook
+    _active_data_root = root
+
+
+def data_root() -> str:
+    """The folder every dataset of the active environment lies under.
+
+    ``data_root`` of ``conf/<env>/globals.yml`` (over ``conf/base/globals.yml``): the session's
+    when one is active, else that of ``conf/`` for ``KEDRO_ENV``; ``data`` when none is set.
+    Paths HED builds itself (the W&B export folder, mini_rl's defaults) start here.
+    """
+    if _active_data_root is not None:
+        return _active_data_root
+    import yaml
+
+    # the globals files themselves, not an OmegaConfigLoader: creating one re-registers
+    # OmegaConf's process-wide `globals` resolver and would break the session's own loader
+    conf = Path(os.environ.get("HED_CONF_SOURCE", "conf"))
+    root = DEFAULT_DATA_ROOT
+    for env in ("base", os.environ.get("KEDRO_ENV") or "local"):
+        path = conf / env / "globals.yml"
+        try:
+            root = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("data_root", root)
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+    return str(root)
+
+
+def active_layout() -> StudyLayout:
+    """Return the layout of the active session, or of ``conf/`` for ``KEDRO_ENV``."""
+    return layout_from_params(active_params())
+
+
+def active_params() -> dict[str, Any]:
+    """Parameters of the active session, or those of ``conf/`` for ``KEDRO_ENV`` outside one."""
+    if _active_params is not None:
+        return _active_params
+    from kedro.config import OmegaConfigLoader
+
+    conf_source = Path(os.environ.get("HED_CONF_SOURCE", "conf"))
+    loader = OmegaConfigLoader(
+        conf_source=str(conf_source),
+        base_env="base",
+        default_run_env="local",
+        env=os.environ.get("KEDRO_ENV"),
+    )
+    return loader["parameters"]
+
+
+#: The dataset that says mini_rl's training is done (``conf/mini_dapo``); nodes that read the
+#: checkpoints or W&B runs it writes take it as an input.
+TRAINING_MANIFEST = "mini_rl_manifest"
+
+
+def training_inputs(params: dict[str, Any] | None = None) -> dict[str, str]:
+    """Extra node inputs that make a node wait for mini_rl's training, where there is one.
+
+    Args:
+        params: the environment's parameters (default: :func:`active_params`).
+
+    Returns:
+        ``{"training_manifest": "mini_rl_manifest"}`` when the parameters have a ``mini_rl``
+        section, else ``{}``. The generation pipeline's ``resolve_checkpoints`` and the metrics
+        pipeline's ``fetch_wandb_history`` read what the training writes, so they take it.
+    """
+    params = active_params() if params is None else params
+    return {"training_manifest": TRAINING_MANIFEST} if params.get("mini_rl") else {}

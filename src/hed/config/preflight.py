@@ -1,0 +1,218 @@
+"""Checks before the first node of a run: parameters, and shards a run would reuse.
+
+Called by :class:`hed.hooks.ProjectHooks` in ``before_pipeline_run``. A node checks its own
+inputs, but at real scale a bad reporting parameter or a stale shard must be caught before
+hours of generation, not after.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+from typing import Any
+
+from hed.config import layout, params
+from hed.decode.checkpoints import checkpoint_fingerprint
+from hed.errors import CheckpointError, ConfigError
+from hed.records.shard_metadata import (
+    GENERATION_METADATA_KEY,
+    StaleField,
+    stale_field,
+)
+
+#: Dataset names of shard files (docs/datasets.md): ``<run>.step_<step>.shard_<k>.sequences``.
+_SHARD_SEQUENCES = re.compile(r"^(?P<step>.+\.step_\d+)\.shard_\d+\.sequences$")
+
+
+def check_reused_shards(pipeline: Any, catalog: Any) -> int:
+    """Refuse an ``--only-missing-outputs`` run that would reuse shards of other parameters.
+
+    ``--only-missing-outputs`` skips every generation node whose shard file exists, whatever
+    parameters made it, and then every aggregation node whose outputs exist: after a change
+    of ``generation.temperature`` such a run would finish at once and keep the old records.
+    Each shard's ``sequences`` file records its generation parameters (``hed.generation``);
+    they are compared here with the current ``params:generation`` and ``params:prompts``
+    (sampling parameters, dtype, prompt rendering) and with the checkpoint's content
+    fingerprint as it is now (:func:`hed.decode.checkpoints.checkpoint_fingerprint`: a step retrained
+    at the same path), before anything runs.
+
+    Args:
+        pipeline: the pipeline about to run.
+        catalog: the run's catalog (``params:generation``, ``params:prompts``, the shards).
+
+    Returns:
+        The number of existing shard files checked.
+
+    Raises:
+        ConfigError: an existing shard is stale; the message names the file, the parameter,
+            both values and the two ways out.
+    """
+    # only where the run writes shards: an aggregation-only run checks them at the merge
+    names = sorted(n for n in pipeline.all_outputs() if _SHARD_SEQUENCES.match(n))
+    if not names or "params:generation" not in pipeline.datasets():
+        return 0
+    generation = catalog.load("params:generation") or {}
+    prompt_params = catalog.load("params:prompts") if "params:prompts" in catalog else None
+    checked = 0
+    fingerprints: dict[str, dict[str, str] | None] = {}
+    for name in names:
+        dataset = catalog.get(name)
+        if dataset is None or not dataset.exists():
+            continue
+        records = dataset.load()
+        files = getattr(records, "files", None) or [name]
+        raw = (records.schema.metadata or {}).get(GENERATION_METADATA_KEY)
+        checked += 1
+        try:
+            recorded = json.loads(raw) if raw else None
+        except ValueError:
+            recorded = None
+        stale = recorded and stale_field(
+            recorded,
+            generation=generation,
+            prompt_params=prompt_params,
+            checkpoint=_current_checkpoint(recorded, fingerprints),
+            prompt_ids=None,
+        )
+        shards = recorded and recorded.get("num_shards")
+        if not stale and shards and shards != generation.get("num_shards", shards):
+            stale = StaleField(
+                "generation.num_shards",
+                str(shards),
+                str(generation.get("num_shards")),
+                f"set generation.num_shards: {shards}",
+            )
+        if stale:
+            raise ConfigError(
+                f"{files[0]}: stale shard: {stale.field} was {stale.recorded} when it was "
+                f"generated but is {stale.current} now, and --only-missing-outputs would reuse "
+                f"it; delete {_versions_folder(files[0])} and its token_records next to "
+                f"it to regenerate this shard only, run without --only-missing-outputs to "
+                f"regenerate every shard, or {stale.restore}"
+            )
+    return checked
+
+
+def _current_checkpoint(
+    recorded: dict[str, Any], fingerprints: dict[str, dict[str, str] | None]
+) -> dict[str, str] | None:
+    """The content fingerprint of the checkpoint a shard was generated from, as it is now.
+
+    ``--only-missing-outputs`` also skips ``resolve_checkpoints`` (its ``checkpoints`` file
+    exists), so a checkpoint retrained in place would go unnoticed: the folder recorded in the
+    shard is fingerprinted again here (once per folder). ``None`` when it is gone.
+    """
+    model_dir = (recorded.get("checkpoint") or {}).get("model_dir")
+    if not model_dir:
+        return None
+    if model_dir not in fingerprints:
+        try:
+            fingerprints[model_dir] = checkpoint_fingerprint(model_dir)
+        except (CheckpointError, OSError):
+            fingerprints[model_dir] = None
+    return fingerprints[model_dir]
+
+
+def _versions_folder(path: str) -> str:
+    """The folder of all versions of a file: ``<file>/<version>/<file>`` → ``<file>``."""
+    file = PurePosixPath(path)
+    return str(file.parent.parent) if file.parent.parent.name == file.name else path
+
+
+def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
+    """Check the parameters every node of the run will read, before the first node runs.
+
+    Nodes check their own parameters, but a bad ``aggregation.top_entropy_frac`` or
+    ``reporting.top_n_words`` would otherwise surface only after hours of generation. Checked
+    here, for the sections the pipeline reads, with the rules of :mod:`hed.config.params`: ``runs``
+    (names, roles, steps: :func:`hed.config.layout.layout_from_params`), ``generation`` (sampling
+    parameters, dtype), ``aggregation`` (``top_entropy_frac``, the lexicon), ``reporting``
+    (section shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``,
+    the completeness rules that need no data (:func:`check_strict_completeness`). Unknown
+    keys are refused earlier, when the session starts (:func:`hed.config.params.check_unknown_keys`).
+
+    Args:
+        pipeline: the pipeline about to run.
+        catalog: the run's catalog (holds ``params:<section>``).
+
+    Returns:
+        The sections checked, e.g. ``["generation", "aggregation"]``.
+
+    Raises:
+        ConfigError: the first invalid value, in the nodes' own one-line wording.
+    """
+    datasets = pipeline.datasets()
+
+    def load(name: str) -> Any:
+        return catalog.load(f"params:{name}") if f"params:{name}" in catalog else None
+
+    checked = []
+    if "params:runs" in datasets:
+        layout.layout_from_params({"runs": load("runs"), "generation": load("generation") or {}})
+        checked.append("runs")
+    if "params:generation" in datasets:
+        params.generation_params(load("generation"))
+        checked.append("generation")
+    if "params:aggregation" in datasets:
+        params.aggregation_params(load("aggregation"))
+        checked.append("aggregation")
+    if "params:reporting" in datasets:
+        reporting = params.reporting_params(load("reporting"))
+        if reporting.strict:
+            check_strict_completeness(reporting, load("runs") or {}, load("metrics"))
+        checked.append("reporting")
+    return checked
+
+
+def check_strict_completeness(
+    reporting: params.ReportingParams, runs: Mapping[str, Any], metrics: Any
+) -> None:
+    """With ``reporting.strict: true``, refuse a study whose figures cannot be complete.
+
+    The rules that need no data, checked before generation instead of after it (the
+    reporting node checks the data-dependent rest): a ``with_clip`` and a ``without_clip``
+    run (Figure 2's pair); ``reporting.fig3.steps`` set and every one of them among the
+    ``steps`` of every run; a pass@1 source (``metrics.runs.<run>.sources``) for every run.
+    A run with ``steps: all`` is taken to have every step (they are known only on disk).
+
+    Args:
+        reporting: the checked ``params:reporting``.
+        runs: ``params:runs``.
+        metrics: ``params:metrics``.
+
+    Raises:
+        ConfigError: one line listing every gap, numbered, and the way out.
+    """
+    gaps = []
+    roles = {str((cfg or {}).get("role", "single")) for cfg in runs.values()}
+    if not {"with_clip", "without_clip"} <= roles:
+        have = ", ".join(
+            f"{name} ({(cfg or {}).get('role', 'single')})" for name, cfg in runs.items()
+        )
+        gaps.append(f"runs needs a with_clip and a without_clip run, has {have or 'none'}")
+    if reporting.fig3_steps is None:
+        gaps.append("reporting.fig3.steps is not set (the paper used [20, 80, 200])")
+    else:
+        for name, cfg in runs.items():
+            steps = (cfg or {}).get("steps", "all")
+            if steps == "all":
+                continue
+            missing = sorted(
+                set(reporting.fig3_steps) - set(params.step_list(steps, f"runs.{name}.steps") or [])
+            )
+            if missing:
+                gaps.append(f"reporting.fig3.steps {missing} are not in runs.{name}.steps")
+    metric_runs = (
+        (params.section(metrics, "metrics").get("runs") or {}) if metrics is not None else {}
+    )
+    for name in runs:
+        if not ((metric_runs.get(name) or {}).get("sources") or {}):
+            gaps.append(f"metrics.runs.{name}.sources is empty: no pass@1 for run {name}")
+    if gaps:
+        raise ConfigError(
+            "reporting.strict is true but the figures cannot be complete: "
+            + "; ".join(f"({i}) {gap}" for i, gap in enumerate(gaps, 1))
+            + "; fix these before generating, or set reporting.strict: false to draw what exists"
+        )

@@ -1,0 +1,1 @@
+"""Decoding: the transformers and vLLM backends, teacher-forced re-scoring, prompts, checkpoints."""

@@ -1,0 +1,181 @@
+"""The prompt set: choosing the prompt column, sampling, stable ids, chat templates."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hed.errors import ConfigError, InputDataError
+from hed.config.params import DUPLICATE_POLICIES, positive_int
+
+logger = logging.getLogger(__name__)
+
+#: Columns of the ``prompts`` dataset.
+PROMPT_COLUMNS = ["prompt_index", "prompt_id", "prompt", "answer", "source_file", "source_row"]
+
+
+def prompt_id(text: str) -> str:
+    """Stable content hash of a prompt: the first 16 hex digits of sha256(UTF-8 text)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def pick_prompt_column(frame: pd.DataFrame, candidates: list[str], source: str) -> str:
+    """Return the first of ``candidates`` that is a column of ``frame``.
+
+    Raises:
+        InputDataError: none of them is present (names the file and the columns it has).
+    """
+    for name in candidates:
+        if name in frame.columns:
+            return name
+    have = ", ".join(map(str, frame.columns[:20]))
+    raise InputDataError(
+        f"prompt file {source} has none of the prompt columns {candidates} (it has: {have}); "
+        "set `prompts.prompt_columns`"
+    )
+
+
+def sample_rows(n_rows: int, num_prompts: int | None, seed: int, source: str) -> np.ndarray:
+    """Choose ``num_prompts`` of ``n_rows`` rows without replacement, in file order.
+
+    Uses ``numpy.random.default_rng(seed).choice``; ``None`` keeps every row.
+
+    Raises:
+        ConfigError: ``num_prompts`` is not a positive integer or exceeds ``n_rows``.
+    """
+    if num_prompts is None:
+        return np.arange(n_rows)
+    positive_int(num_prompts, "prompts.num_prompts", allow_none=True)
+    if num_prompts > n_rows:
+        raise ConfigError(
+            f"prompts.num_prompts is {num_prompts} but {source} has only {n_rows} rows; "
+            "lower it or use null"
+        )
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(n_rows, size=num_prompts, replace=False))
+
+
+def line_of(frame: pd.DataFrame, row: int) -> str:
+    """Where row ``row`` (0-based) of a prompt file is, for messages: ``line <n>`` (1-based,
+    JSON Lines: the ``source_line`` column of :class:`hed.io.datasets.PromptFileDataset`), else
+    ``row <row + 1>`` (1-based)."""
+    if "source_line" in frame.columns:
+        return f"line {int(frame['source_line'].iloc[row])}"
+    return f"row {row + 1}"
+
+
+def unique_prompt_rows(
+    ids: list[str | None], policy: str, source: str, frame: pd.DataFrame
+) -> np.ndarray:
+    """Rows to keep of a prompt file whose prompts (after the instruction suffix) have ``ids``.
+
+    Two rows with the same prompt_id are the same prompt: sampled twice it would count twice
+    in every statistic (byte-identical prompts, the same seeds: the same responses). A warning
+    gives the count and the first duplicate's line; ``prompts.duplicates`` says what happens:
+    ``drop`` (default) keeps the first row of each prompt, ``keep`` keeps every row.
+
+    Args:
+        ids: prompt_id per row (``None`` for an empty prompt, checked later).
+        policy: ``prompts.duplicates``: ``drop`` or ``keep``.
+        source: the prompt file, for the warning.
+        frame: the prompt file's rows (for line numbers).
+
+    Returns:
+        Row indices (0-based, ascending).
+
+    Raises:
+        ConfigError: ``policy`` is neither ``drop`` nor ``keep``.
+    """
+    if policy not in DUPLICATE_POLICIES:
+        raise ConfigError(
+            f"prompts.duplicates is {policy!r}: use drop (keep the first row of each prompt) "
+            "or keep (count every row)"
+        )
+    seen: dict[str, int] = {}
+    duplicates: list[int] = []
+    for row, pid in enumerate(ids):
+        if pid is None:
+            continue
+        if pid in seen:
+            duplicates.append(row)
+        else:
+            seen[pid] = row
+    if duplicates:
+        first = duplicates[0]
+        logger.warning(
+            "prompt file %s: %d duplicate prompt(s) (the same prompt_id as an earlier row; "
+            "first: %s, same as %s): %s (prompts.duplicates: %s)",
+            source,
+            len(duplicates),
+            line_of(frame, first),
+            line_of(frame, seen[ids[first]]),
+            "dropped" if policy == "drop" else "kept, each counts once more",
+            policy,
+        )
+    if policy == "keep" or not duplicates:
+        return np.arange(len(ids))
+    return np.array(sorted(set(range(len(ids))) - set(duplicates)), dtype=np.int64)
+
+
+def check_context_length(
+    token_counts: dict[int, int], max_new_tokens: int, context: int | None, model_dir: str
+) -> None:
+    """Refuse prompts that leave no room for ``max_new_tokens`` in the model's context.
+
+    A prompt of ``n`` tokens generates at most ``max_new_tokens`` more; past the context
+    (``max_position_embeddings`` of config.json) the model's positions are out of range and
+    generation runs for nothing (or fails after minutes). Checked before generating.
+
+    Args:
+        token_counts: prompt_index → tokens of the rendered prompt.
+        max_new_tokens: ``generation.max_new_tokens``.
+        context: the model's context length in tokens (``None``: not known, nothing checked).
+        model_dir: the checkpoint, for the message.
+
+    Raises:
+        ConfigError: the longest offending prompt: prompt_index, its length, the limit, and
+            how many prompts are too long.
+    """
+    if not context:
+        return
+    limit = context - max_new_tokens
+    if limit < 1:
+        raise ConfigError(
+            f"generation.max_new_tokens is {max_new_tokens} but the context of {model_dir} "
+            f"(max_position_embeddings) is {context} tokens: lower max_new_tokens to leave "
+            "room for the prompts"
+        )
+    too_long = {i: n for i, n in token_counts.items() if n > limit}
+    if not too_long:
+        return
+    index = max(too_long, key=lambda i: (too_long[i], -i))
+    raise ConfigError(
+        f"prompt_index {index} has {too_long[index]} tokens: with generation.max_new_tokens "
+        f"{max_new_tokens} it exceeds the context of {context} tokens of {model_dir} "
+        f"(max_position_embeddings), so at most {limit} prompt tokens fit; "
+        f"{len(too_long)} prompt(s) too long: shorten or drop them, or lower max_new_tokens"
+    )
+
+
+def render_prompt(tokenizer: Any, user_text: str, params: dict[str, Any]) -> str:
+    """The exact model input for one prompt.
+
+    With ``apply_chat_template`` true and a tokenizer that has a chat template, the user message
+    (preceded by ``system_prompt`` when set) goes through ``tokenizer.apply_chat_template`` with
+    ``add_generation_prompt=True``; ``enable_thinking`` is passed only when not null (templates
+    that do not use it ignore it). Otherwise the text is used as is.
+    """
+    if not params.get("apply_chat_template", True) or not getattr(tokenizer, "chat_template", None):
+        return user_text
+    messages = []
+    if params.get("system_prompt"):
+        messages.append({"role": "system", "content": params["system_prompt"]})
+    messages.append({"role": "user", "content": user_text})
+    kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": True}
+    if params.get("enable_thinking") is not None:
+        kwargs["enable_thinking"] = bool(params["enable_thinking"])
+    return tokenizer.apply_chat_template(messages, **kwargs)

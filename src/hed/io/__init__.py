@@ -1,0 +1,1 @@
+"""Catalog datasets, publishing, provenance and the run lock."""

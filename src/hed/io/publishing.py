@@ -1,0 +1,168 @@
+"""Publishing a run's final artifacts under ``results/final_artifacts/<env>/``.
+
+The ``publish`` pipeline copies the files named by the latest ``resolved_config`` (figures,
+figure tables, the config itself) byte for byte into one folder per environment, with a
+``MANIFEST.json`` listing per file its dataset, source path, version, sha256 and size
+(docs/reporting.md). :func:`publish` does the copying; the catalog's ``final_artifacts``
+(:class:`hed.io.datasets.PublishedArtifactsDataset`) calls it. Every file is written atomically
+(:func:`hed.records.atomic_io.atomic_path`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+from hed.records.atomic_io import atomic_path, filesystem_of, is_remote, write_error
+from hed.errors import ConfigError, InputDataError, OutputWriteError
+
+#: Name of an environment without ``--env`` (base + local): where its artefacts are published.
+DEFAULT_ENV_LABEL = "base"
+
+MANIFEST = "MANIFEST.json"
+
+_ENV_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def environment_label(env: str | None) -> str:
+    """The name an environment is published under: ``env``, or ``base`` for the default one."""
+    return env or DEFAULT_ENV_LABEL
+
+
+def check_env_name(name: str) -> str:
+    """Return ``name`` if it is usable as a folder name under ``results/final_artifacts``.
+
+    Raises:
+        ConfigError: empty, or characters other than letters, digits, ``_ . -``.
+    """
+    if not isinstance(name, str) or not _ENV_NAME_RE.match(name):
+        raise ConfigError(
+            f"publish.env_name {name!r} is not a usable folder name: "
+            "use letters, digits, '_', '.' or '-'"
+        )
+    return name
+
+
+def rerun_reporting(env: str) -> str:
+    """The command that rewrites the reporting outputs of the environment labelled ``env``."""
+    suffix = "" if env == DEFAULT_ENV_LABEL else f" --env {env}"
+    return f"kedro run --pipelines reporting{suffix}"
+
+
+def publish(plan: dict[str, Any], root: Path) -> None:
+    """Copy the files of ``plan`` into ``<root>/<env>/`` and write its ``MANIFEST.json``.
+
+    Args:
+        plan: the ``publish`` node's plan: ``{"env", "project_path", "source": {"env",
+            "run_id"}, "files": {"<file name>": {"dataset", "path", "version"}}}``; relative
+            ``path`` values are relative to ``project_path``.
+        root: ``results/final_artifacts``.
+
+    Files that a previous publication listed and this one does not are removed; files HED
+    did not publish are left alone.
+
+    Raises:
+        InputDataError: a file of the plan does not exist (nothing is copied then).
+        OutputWriteError: the destination cannot be written (a file where a folder should be,
+            permissions, disk full) or ``env`` is not a usable folder name.
+    """
+    try:
+        env = check_env_name(plan["env"])
+    except ConfigError as exc:  # a DatasetError passes Kedro's save wrapper as one line
+        raise OutputWriteError(f"cannot publish under {root}: {exc}") from None
+    project = Path(plan.get("project_path") or ".")
+    sources = {name: _resolve(project, entry["path"]) for name, entry in plan["files"].items()}
+    absent = [f"{name} ({src})" for name, src in sources.items() if not _is_file(src)]
+    if absent:
+        raise InputDataError(
+            f"cannot publish {env}: {', '.join(absent)} do not exist; rerun "
+            f"`{rerun_reporting(env)}`"
+        )
+    dest_dir = root / env
+    try:
+        _publish(plan, env, project, sources, dest_dir)
+    except OSError as exc:
+        raise write_error(dest_dir / MANIFEST, exc) from None
+
+
+def published_manifests(root: Path) -> dict[str, Any]:
+    """``{env: manifest}`` for every environment published under ``root``."""
+    if not root.is_dir():
+        return {}
+    return {
+        child.name: read_manifest(child)
+        for child in sorted(root.iterdir())
+        if (child / MANIFEST).is_file()
+    }
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """The ``MANIFEST.json`` of one published folder (``{}`` when absent or unreadable)."""
+    try:
+        return json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _publish(
+    plan: dict[str, Any], env: str, project: Path, sources: dict[str, Path], dest_dir: Path
+) -> None:
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    previous = read_manifest(dest_dir).get("files", {})
+    files = {}
+    for name, entry in sorted(plan["files"].items()):
+        _copy_atomically(sources[name], dest_dir / name)
+        files[name] = {
+            "dataset": entry.get("dataset"),
+            "source": _relative(entry["path"], project),
+            "version": entry.get("version"),
+            "sha256": _sha256(dest_dir / name),
+            "bytes": (dest_dir / name).stat().st_size,
+        }
+    for stale in set(previous) - set(files):
+        (dest_dir / stale).unlink(missing_ok=True)
+    manifest = {"env": env, "published_from": plan.get("source"), "files": files}
+    with atomic_path(dest_dir / MANIFEST) as temp:
+        temp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+
+
+def _sha256(path: Path | str) -> str:
+    digest = hashlib.sha256()
+    with fsspec.open(str(path), "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _copy_atomically(source: Path | str, dest: Path) -> None:
+    """Copy ``source`` (a local path or an ``s3://`` / ``gs://`` URL) to the local ``dest``."""
+    with atomic_path(dest) as temp, fsspec.open(str(source), "rb") as reader:
+        with open(temp, "wb") as writer:
+            shutil.copyfileobj(reader, writer, 1 << 20)
+
+
+def _relative(path: str, project: Path) -> str:
+    """``path`` relative to the project when it lies inside it (the manifest is tracked by git)."""
+    try:
+        return Path(path).relative_to(project).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _is_file(path: Path | str) -> bool:
+    """Whether ``path`` (local, or an object-store URL) is a file."""
+    fs, bare = filesystem_of(path)
+    return fs.isfile(bare)
+
+
+def _resolve(project: Path, path: str) -> Path | str:
+    if is_remote(path):
+        return path
+    candidate = Path(path)
+    return candidate if candidate.is_absolute() else project / candidate

@@ -1,0 +1,1 @@
+"""Record storage: Arrow schemas, streaming readers, shard metadata, crash-safe shard parts, atomic files."""

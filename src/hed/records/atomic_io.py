@@ -1,0 +1,533 @@
+"""Atomic writes for every local file a Kedro dataset saves.
+
+kedro-datasets write through fsspec: ``with self._fs.open(path, "wb") as f: ...``. HED registers
+:class:`AtomicLocalFileSystem` as fsspec's ``file``/``local`` implementation (from
+``settings.py``, so in the ``kedro`` process and in every runner subprocess). For write modes it
+opens a temporary file in the target folder and renames it onto the target only when the
+``with`` block ends without an exception; on an exception or a killed process the target is
+never created, so neither ``exists()``, ``--only-missing-outputs`` nor a later load sees a
+half-written CSV, JSON, Parquet or PNG.
+
+A temporary file is named ``.<name>.<host>-<pid>.<random>.tmp`` after the process writing it.
+A process killed while writing (SIGKILL, out of memory, power cut) cannot remove its own, so
+the next save of the same dataset does (:func:`remove_stale_temporaries`): every temporary of
+that file, in its folder or in a sibling version folder of a versioned dataset, whose writer
+ran on this host and is gone; a version folder left empty by that goes too. Temporaries of
+live processes and of other hosts are left alone. Kedro ignores version folders without the
+file, so a leftover never counts as a version.
+
+Reads and every other filesystem operation are plain ``LocalFileSystem`` behaviour.
+
+Files HED writes itself, outside a dataset's ``fsspec`` call (Parquet streams, published
+artifacts, manifests, task sets), go through :func:`atomic_path`, the same mechanism as a
+context manager: one place knows how a temporary file is named, committed and discarded.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import io
+import os
+import re
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePath
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileOpener, LocalFileSystem
+
+from hed.errors import OutputWriteError, one_line
+
+
+def _blocking_file(path: str | os.PathLike) -> str | None:
+    """The nearest existing ancestor of ``path`` that is a file, not a folder (or None)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while parent and not os.path.exists(parent):
+        up = os.path.dirname(parent)
+        if up == parent:
+            return None
+        parent = up
+    return parent if parent and not os.path.isdir(parent) else None
+
+
+def write_error(path: str | os.PathLike, exc: OSError) -> OutputWriteError:
+    """The one-line :class:`~hed.errors.OutputWriteError` for an ``OSError`` writing ``path``.
+
+    The message names ``path``, the reason and the remedy: a file standing where a folder of
+    the path should be is named as such (``mkdir`` reports it as "File exists" or "Not a
+    directory"); a full disk asks to free space; anything else (permissions, read-only
+    filesystem) asks to fix the folder.
+    """
+    blocker = _blocking_file(path)
+    if blocker is not None:
+        return OutputWriteError(
+            f"cannot write {path}: {blocker} is a file, not a folder; move it away or change "
+            "the output path"
+        )
+    reason = exc.strerror or one_line(exc, limit=None)
+    if exc.errno == errno.ENOSPC:
+        return OutputWriteError(f"cannot write {path}: {reason}; free disk space and rerun")
+    return OutputWriteError(
+        f"cannot write {path}: {reason}; free disk space or fix the folder's permissions"
+    )
+
+
+def temporary_prefix(target: str | os.PathLike) -> str:
+    """``mkstemp`` prefix of a temporary file for ``target``: ``.<name>.<host>-<pid>.``."""
+    return f".{Path(target).name}.{_host()}-{os.getpid()}."
+
+
+def remove_stale_temporaries(target: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files that killed writers of ``target`` left behind.
+
+    Looks in ``target``'s folder and, when ``target`` is a version of a versioned dataset
+    (``<name>/<version>/<name>``), in every version folder of it. A temporary is removed only
+    when its name says it was written on this host by a process that no longer runs; a version
+    folder it leaves empty is removed too. Never raises: cleaning up must not fail a save.
+
+    Args:
+        target: the file about to be written.
+
+    Returns:
+        The temporary files removed.
+    """
+    target = Path(target)
+    folders = [target.parent]
+    versions = target.parent.parent
+    if versions.name == target.name:
+        try:
+            folders = sorted(p for p in versions.iterdir() if p.is_dir())
+        except OSError:
+            return []
+    owner = re.compile(rf"^\.{re.escape(target.name)}\.(?P<host>.+)-(?P<pid>\d+)\.[^.]+\.tmp$")
+    removed = []
+    for folder in folders:
+        try:
+            candidates = list(folder.glob(f".{target.name}.*.tmp"))
+        except OSError:
+            continue
+        for candidate in candidates:
+            match = owner.match(candidate.name)
+            if match is None or match["host"] != _host() or _running(int(match["pid"])):
+                continue
+            try:
+                candidate.unlink()
+            except OSError:
+                continue
+            removed.append(candidate)
+            if folder != target.parent:
+                try:
+                    folder.rmdir()  # only when now empty
+                except OSError:
+                    pass
+    return removed
+
+
+def new_temporary(target: str | os.PathLike) -> str:
+    """Create an empty temporary file for ``target`` in its folder and return its path.
+
+    Stale temporaries of ``target`` (:func:`remove_stale_temporaries`) go first; the name is
+    ``.<name>.<host>-<pid>.<random>.tmp`` (:func:`temporary_prefix`).
+
+    Raises:
+        OutputWriteError: the folder cannot be written (names ``target``).
+    """
+    remove_stale_temporaries(target)
+    try:
+        fd, temp = tempfile.mkstemp(
+            prefix=temporary_prefix(target), suffix=".tmp", dir=os.path.dirname(target) or "."
+        )
+    except OSError as exc:
+        raise write_error(target, exc) from None
+    os.close(fd)
+    return temp
+
+
+def commit_temporary(temp: str | os.PathLike, target: str | os.PathLike) -> None:
+    """fsync ``temp`` and rename it onto ``target`` (atomic on one filesystem).
+
+    Raises:
+        OutputWriteError: the flush or the rename failed (``temp`` is removed).
+    """
+    try:
+        with open(temp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temp, target)
+    except OSError as exc:
+        Path(temp).unlink(missing_ok=True)
+        raise write_error(target, exc) from None
+
+
+@contextmanager
+def atomic_path(target: str | os.PathLike, *, mode: int | None = None) -> Iterator[Path]:
+    """A temporary path to write ``target`` at; it becomes ``target`` only if the block succeeds.
+
+    ``with atomic_path(dest) as temp: shutil.copyfile(source, temp)``: the folder is created,
+    the block writes ``temp`` (a file in ``target``'s folder, see :func:`new_temporary`), and on
+    a clean exit it is fsynced and renamed onto ``target``; on any exception it is removed and
+    ``target`` is left as it was.
+
+    Args:
+        target: the file to write.
+        mode: permission bits for the file (``0o644``); ``None`` keeps ``mkstemp``'s 0600.
+
+    Raises:
+        OutputWriteError: the folder cannot be created or written, or the rename failed.
+    """
+    target = Path(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_error(target, exc) from None
+    temp = Path(new_temporary(target))
+    try:
+        yield temp
+        if mode is not None:
+            os.chmod(temp, mode)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    commit_temporary(temp, target)
+
+
+@contextmanager
+def atomic_folder(target: str | os.PathLike, *, mode: int = 0o755) -> Iterator[Path]:
+    """A temporary folder to fill; it replaces ``target`` only if the block succeeds.
+
+    The folder (``.<name>.<random>`` next to ``target``, so the rename stays on one
+    filesystem) gets ``mode`` (``mkdtemp`` creates ``0700``) and is renamed onto ``target``
+    (an existing ``target`` is removed first); on any exception it is removed and ``target``
+    is left as it was. Used for model folders, which must never look complete half-written.
+
+    Raises:
+        OSError: creating, filling or renaming the folder failed (the folder is removed).
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield temp
+        os.chmod(temp, mode)
+        if target.exists():
+            shutil.rmtree(target)
+        temp.rename(target)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+
+
+def owned_temporary_folder(prefix: str, parent: str | os.PathLike | None = None) -> Path:
+    """Create a scratch folder ``<prefix><host>-<pid>-<random>``; remove dead writers' first.
+
+    A folder of the same ``prefix`` whose name says it was made on this host by a process that
+    no longer runs (a killed aggregation) is deleted before the new one is made, so killed runs
+    do not pile up gigabytes in the temporary directory.
+
+    Args:
+        prefix: e.g. ``hed-<run>.step_<step>-``.
+        parent: where to create it (default: :func:`tempfile.gettempdir`).
+
+    Returns:
+        The new, empty folder (the caller removes it when done).
+    """
+    parent = Path(parent or tempfile.gettempdir())
+    owner = re.compile(rf"^{re.escape(prefix)}(?P<host>.+)-(?P<pid>\d+)-[^-]+$")
+    try:
+        leftovers = [p for p in parent.glob(f"{glob.escape(prefix)}*") if p.is_dir()]
+    except OSError:
+        leftovers = []
+    for folder in leftovers:
+        match = owner.match(folder.name)
+        if match and match["host"] == _host() and not _running(int(match["pid"])):
+            shutil.rmtree(folder, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{_host()}-{os.getpid()}-", dir=parent))
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (Linux: read from /proc)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+class _AtomicLocalFile(LocalFileOpener):
+    """A write-mode local file that appears at its path only when closed successfully."""
+
+    def __init__(self, path: str, mode: str, fs: Any = None, **kwargs: Any) -> None:
+        self._aborted = False
+        kwargs.pop("autocommit", None)  # fsspec's open() passes it; this file always commits itself
+        super().__init__(path, mode, autocommit=False, fs=fs, **kwargs)
+
+    def _open(self) -> None:
+        if self.f is None or self.f.closed:
+            self.temp = new_temporary(self.path)
+            self.f = open(self.temp, mode=self.mode)
+
+    def abort(self) -> None:
+        """Discard what was written when the file is closed."""
+        self._aborted = True
+
+    def close(self) -> None:
+        if self.f is None or getattr(self, "_done", False):
+            return
+        self._done = True
+        if self._aborted:
+            self.f.close()
+            self.discard()
+            return
+        try:
+            self.f.flush()
+        except OSError as exc:
+            self.f.close()
+            self.discard()
+            raise write_error(self.path, exc) from None
+        self.f.close()
+        commit_temporary(self.temp, self.path)
+
+    def discard(self) -> None:
+        if os.path.exists(self.temp):
+            os.remove(self.temp)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self.abort()
+        self.close()
+
+    @property
+    def closed(self) -> bool:  # io.IOBase consults it
+        return self.f is None or self.f.closed
+
+
+class _AtomicTextWrapper(io.TextIOWrapper):
+    """Text-mode wrapper that aborts the underlying atomic file when its block raises."""
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None and hasattr(self.buffer, "abort"):
+            self.buffer.abort()
+        super().__exit__(exc_type, exc, tb)
+
+
+class AtomicLocalFileSystem(LocalFileSystem):
+    """``LocalFileSystem`` whose write-mode ``open`` is atomic (temporary file + rename)."""
+
+    def _open(self, path: str, mode: str = "rb", block_size: Any = None, **kwargs: Any) -> Any:
+        if "w" in mode or "x" in mode:
+            path = self._strip_protocol(path)
+            try:
+                self.makedirs(self._parent(path), exist_ok=True)
+            except OSError as exc:
+                raise write_error(path, exc) from None
+            return _AtomicLocalFile(path, mode, fs=self, **kwargs)
+        return super()._open(path, mode, block_size=block_size, **kwargs)
+
+    def open(self, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+        if "b" not in mode and ("w" in mode or "x" in mode):
+            text_kwargs = {
+                k: kwargs.pop(k) for k in ("encoding", "errors", "newline") if k in kwargs
+            }
+            raw = super().open(path, mode.replace("t", "") + "b", *args, **kwargs)
+            return _AtomicTextWrapper(raw, **text_kwargs)
+        return super().open(path, mode, *args, **kwargs)
+
+
+def install_atomic_local_writes() -> None:
+    """Register :class:`AtomicLocalFileSystem` for fsspec's ``file`` and ``local`` protocols.
+
+    Idempotent. Filesystem objects created before the call keep plain writes, so call it before
+    the catalog is built (``settings.py`` does).
+    """
+    for protocol in ("file", "local"):
+        fsspec.register_implementation(protocol, AtomicLocalFileSystem, clobber=True)
+
+
+# ------------------------------------------------------------------ object stores (fsspec URLs)
+#
+# A data root may be an object-store URL (``s3://bucket/hed``, ``gs://...``): kedro-datasets
+# open it through fsspec (s3fs, gcsfs). An object PUT is atomic: the object appears complete when
+# the upload ends, or not at all (an interrupted multipart upload is never listed), so an
+# object store needs no temporary name. HED's own writers that build a file piece by piece
+# (:func:`upload_atomically`) write a local temporary file and upload it once it is complete.
+
+LOCAL_PROTOCOLS = ("file", "local")
+
+
+def split_url(path: str | os.PathLike) -> tuple[str, str]:
+    """``(protocol, path)`` of a local path or URL: ``s3://b/k`` → ``("s3", "b/k")``.
+
+    A local path (absolute or relative) gives ``("file", path)``, as kedro-datasets see it.
+    """
+    from kedro.io.core import get_protocol_and_path
+
+    return get_protocol_and_path(str(path))
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a URL of a filesystem other than the local one (``s3://``, ``gs://``)."""
+    return split_url(path)[0] not in LOCAL_PROTOCOLS
+
+
+def url_of(protocol: str, path: str | os.PathLike) -> str:
+    """The full URL of ``path`` on ``protocol`` (a local path stays as it is)."""
+    path = str(path)
+    return path if protocol in LOCAL_PROTOCOLS else f"{protocol}://{path}"
+
+
+def filesystem_of(path: str | os.PathLike, **storage_options: Any) -> tuple[Any, str]:
+    """The fsspec filesystem of ``path`` and the path on it (without the protocol).
+
+    Args:
+        path: a local path or a URL (``s3://bucket/key``).
+        **storage_options: passed to the filesystem (kedro-datasets' ``credentials`` and
+            ``fs_args``, e.g. ``client_kwargs: {endpoint_url: ...}``).
+    """
+    protocol, bare = split_url(path)
+    return fsspec.filesystem(protocol, **storage_options), bare
+
+
+def upload_atomically(fs: Any, remote_path: str, write: Any, suffix: str = "") -> Any:
+    """Build a file locally with ``write(local_path)``, then PUT it at ``remote_path``.
+
+    Nothing appears at ``remote_path`` unless ``write`` returned and the upload completed; the
+    local scratch folder (``hed-upload-<host>-<pid>-…`` in the temporary directory) is removed
+    either way, and one left by a killed process is removed by the next upload on this host.
+
+    Args:
+        fs: the fsspec filesystem of ``remote_path``.
+        remote_path: the object's path on ``fs`` (without the protocol).
+        write: ``write(local_path: str) -> result``, e.g. a Parquet writer.
+        suffix: file name suffix of the local file.
+
+    Returns:
+        What ``write`` returned.
+
+    Raises:
+        OutputWriteError: the upload failed (names the URL and the reason).
+    """
+    folder = owned_temporary_folder("hed-upload-")
+    try:
+        local = str(folder / (PurePath(remote_path).name + suffix))
+        result = write(local)
+        try:
+            fs.put_file(local, remote_path)
+        except OSError as exc:
+            raise write_error(url_of(_protocol_name(fs), remote_path), exc) from None
+        return result
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _protocol_name(fs: Any) -> str:
+    protocol = fs.protocol
+    return protocol[0] if isinstance(protocol, tuple | list) else protocol
+
+
+class _AbortableObjectFile:
+    """Mixin of an object store's write-mode file: an exception in its ``with`` block aborts it.
+
+    fsspec's buffered files (s3fs, gcsfs) upload what was written when they are closed, also
+    when the block that wrote them raised: a dataset that failed half-way through
+    ``json.dump`` or ``savefig`` would leave half an object. Here such a file is discarded
+    (``discard()``: the buffer dropped, a multipart upload aborted) and nothing is uploaded.
+    """
+
+    def abort(self) -> None:
+        """Discard what was written; nothing is uploaded."""
+        if not self.closed:
+            self.discard()
+            self.closed = True
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+
+_ABORTABLE: dict[type, type] = {}
+
+
+def _abortable(file: Any) -> Any:
+    cls = type(file)
+    if cls not in _ABORTABLE:
+        _ABORTABLE[cls] = type(f"Abortable{cls.__name__}", (_AbortableObjectFile, cls), {})
+    file.__class__ = _ABORTABLE[cls]
+    return file
+
+
+class _AtomicObjectWrites:
+    """Mixin of an object store's filesystem: write-mode files abort on an exception."""
+
+    def open(self, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+        writing = "w" in mode or "x" in mode
+        if writing and "b" not in mode:
+            text_kwargs = {
+                k: kwargs.pop(k) for k in ("encoding", "errors", "newline") if k in kwargs
+            }
+            raw = self.open(path, mode.replace("t", "") + "b", *args, **kwargs)
+            return _AtomicTextWrapper(raw, **text_kwargs)
+        file = super().open(path, mode, *args, **kwargs)
+        return _abortable(file) if writing and hasattr(file, "discard") else file
+
+
+_ATOMIC_OBJECT_STORES: dict[str, type] = {}
+
+#: fsspec protocol → (module, class) of the object stores whose writes are made abortable.
+OBJECT_STORES = {
+    "s3": ("s3fs", "S3FileSystem"),
+    "s3a": ("s3fs", "S3FileSystem"),
+    "gs": ("gcsfs", "GCSFileSystem"),
+    "gcs": ("gcsfs", "GCSFileSystem"),
+}
+
+
+def atomic_object_store(protocol: str) -> type:
+    """The filesystem class of ``protocol`` (``s3``, ``gs``) with abortable writes (cached)."""
+    module, name = OBJECT_STORES[protocol]
+    key = f"{module}.{name}"
+    if key not in _ATOMIC_OBJECT_STORES:
+        import importlib
+
+        base = getattr(importlib.import_module(module), name)
+        _ATOMIC_OBJECT_STORES[key] = type(f"Atomic{name}", (_AtomicObjectWrites, base), {})
+    return _ATOMIC_OBJECT_STORES[key]
+
+
+def __getattr__(name: str) -> Any:
+    # fsspec imports a registered class by its dotted name: hed.records.atomic_io.AtomicS3FileSystem
+    for protocol, (_, base) in OBJECT_STORES.items():
+        if name == f"Atomic{base}":
+            return atomic_object_store(protocol)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def install_atomic_object_writes() -> None:
+    """Register abortable writes for the object stores whose fsspec package is installed.
+
+    A write that raises inside its ``with`` block then leaves no object; a killed process
+    never completes its PUT. The packages (s3fs, gcsfs) are imported only when first used.
+    Idempotent.
+    """
+    import importlib.util
+
+    for protocol, (module, base) in OBJECT_STORES.items():
+        if importlib.util.find_spec(module) is not None:
+            fsspec.register_implementation(protocol, f"hed.records.atomic_io.Atomic{base}", clobber=True)

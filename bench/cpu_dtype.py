@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from hed.core import compute_dtype as compute_dtype
+from hed.core import compute_dtype
 from hed.decode.embedded import ensure_embedded_checkpoint
 from hed.decode.hf import (
     PromptInput,

@@ -33,8 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hed.report import token_report as tr
 from hed.records.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA
+from hed.report import token_report as tr
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -9,8 +9,14 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from hed.records.arrow_stream import ShardCursor, column_numpy, prefetched, rechunked, record_batches
 from hed.errors import InputDataError
+from hed.records.arrow_stream import (
+    ShardCursor,
+    column_numpy,
+    prefetched,
+    rechunked,
+    record_batches,
+)
 
 
 def test_cursor_hands_out_whole_prompts_across_batch_boundaries(tmp_path):

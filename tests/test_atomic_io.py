@@ -133,8 +133,8 @@ def test_atomic_path_commits_only_a_finished_block(tmp_path):
 
 
 def test_atomic_path_into_a_file_is_one_line(tmp_path):
-    from hed.records.atomic_io import atomic_path
     from hed.errors import OutputWriteError
+    from hed.records.atomic_io import atomic_path
 
     (tmp_path / "blocker").write_text("x")
     with pytest.raises(OutputWriteError) as exc:

@@ -38,20 +38,20 @@ from kedro.io import DataCatalog
 from kedro.io.core import DatasetError, Version
 from kedro.pipeline import Node
 
-from hed.records.atomic_io import install_atomic_local_writes
+from hed.config.layout import layout_from_params
+from hed.config.params import sampling_params as sampling_params_from
+from hed.core.entropy import NonFiniteLogitsError, token_distribution_stats
+from hed.core.lexicon import parse_lexicon
+from hed.decode.hf import load_model_and_tokenizer, resolve_dtype
+from hed.errors import CheckpointError, ConfigError, HEDError, InputDataError, OutputWriteError
 from hed.io.datasets import (
     ArrowParquetDataset,
     PromptFileDataset,
     PublishedArtifactsDataset,
     write_parquet_atomically,
 )
-from hed.core.entropy import NonFiniteLogitsError, token_distribution_stats
-from hed.errors import CheckpointError, ConfigError, HEDError, InputDataError, OutputWriteError
-from hed.config.layout import layout_from_params
-from hed.core.lexicon import parse_lexicon
 from hed.mini_rl.config import training_specs
 from hed.mini_rl.manifest import clear_run_outputs
-from hed.config.params import sampling_params as sampling_params_from
 from hed.pass1.sources import parse_run_config
 from hed.pipelines.aggregation.nodes import (
     check_sequences,
@@ -69,10 +69,10 @@ from hed.pipelines.metrics.pipeline import create_pipeline as create_metrics_pip
 from hed.pipelines.mini_rl.nodes import generate_task_sets
 from hed.pipelines.publish.nodes import plan_publication
 from hed.pipelines.reporting.nodes import plan_figures
-from hed.decode.hf import load_model_and_tokenizer, resolve_dtype
-from hed.runners.gpu import resolve_slots
+from hed.records.atomic_io import install_atomic_local_writes
 from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 from hed.records.shard_metadata import GENERATION_METADATA_KEY
+from hed.runners.gpu import resolve_slots
 
 REPO = Path(__file__).resolve().parents[1]
 ERRORS_DOC = REPO / "docs" / "errors.md"
@@ -1705,8 +1705,8 @@ def _(t: Ctx) -> Expect:
     from kedro.io import MemoryDataset
     from kedro.pipeline import Pipeline
 
-    from hed.decode.checkpoints import checkpoint_fingerprint
     from hed.config.preflight import check_reused_shards
+    from hed.decode.checkpoints import checkpoint_fingerprint
 
     model = hf_folder(t.tmp / "ckpt" / "global_step_0" / "actor_hf")
     generation = {"num_shards": 1, "samples_per_prompt": 1, "max_new_tokens": 4}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hed.core import compute_dtype as compute_dtype
+from hed.core import compute_dtype
 from hed.errors import ConfigError
 
 AVX2_ONLY = "fpu vme de pse tsc msr pae sse sse2 avx fma avx2"

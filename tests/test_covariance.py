@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hed.core.advantage import response_advantages
 from hed.analysis.covariance import CovarianceSettings, kl_cov_count, step_covariance
+from hed.core.advantage import response_advantages
 from hed.errors import ConfigError, InputDataError
 from hed.records.response_index import ResponseIndex
 

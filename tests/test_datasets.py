@@ -3,8 +3,8 @@ import os
 import pyarrow as pa
 import pytest
 
-from hed.io.datasets import write_parquet_atomically
 from hed.errors import OutputWriteError
+from hed.io.datasets import write_parquet_atomically
 
 
 def test_producer_error_is_not_a_write_error(tmp_path):

@@ -7,8 +7,8 @@ import pandas as pd
 from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
 
-from hed.io import provenance as provenance
 from hed.hooks import ProvenanceHooks
+from hed.io import provenance
 from hed.pipelines.reporting import create_pipeline
 
 RUNS = {"r": {"role": "single", "checkpoint_root": "/ckpt/r", "steps": [0]}}

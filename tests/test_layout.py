@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hed.errors import ConfigError
 from hed.config.layout import layout_from_params, training_inputs
+from hed.errors import ConfigError
 
 
 def test_layout_sorts_steps_and_keeps_run_order(tmp_path):

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from hed.errors import ConfigError
 from hed.core.lexicon import OTHER, parse_lexicon
+from hed.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 

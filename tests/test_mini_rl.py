@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from hed.config import layout as layout
+from hed.config import layout
 from hed.decode.checkpoints import validate_model_dir
 from hed.errors import ConfigError
 from hed.mini_rl import config as mini_config

@@ -23,7 +23,7 @@ import yaml
 from kedro.config import OmegaConfigLoader
 from kedro.io.core import DatasetError
 
-from hed.config import layout as layout
+from hed.config import layout
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import ConfigError
 from hed.io.run_lock import LOCK_NAME, RunLockedError

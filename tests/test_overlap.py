@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hed.errors import ConfigError, InputDataError
 from hed.analysis.overlap import (
     CHANGE_COLUMNS,
     entropy_change_by_percentile,
@@ -19,6 +18,7 @@ from hed.analysis.overlap import (
     percentile_bins,
     top_entropy_mask,
 )
+from hed.errors import ConfigError, InputDataError
 
 
 def f32(*values):

@@ -6,8 +6,8 @@ import pytest
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Node, Pipeline
 
-from hed.errors import ConfigError
 from hed.config.preflight import check_parameters
+from hed.errors import ConfigError
 
 GENERATION = {"num_shards": 1, "samples_per_prompt": 2, "max_new_tokens": 8, "dtype": "auto"}
 AGGREGATION = {"top_entropy_frac": 0.2, "lexicon": {"anthropomorphic": ["wait"]}}

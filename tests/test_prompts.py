@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hed.io.datasets import PromptFileDataset
-from hed.errors import InputDataError
 from hed.decode.prompts import render_prompt
+from hed.errors import InputDataError
+from hed.io.datasets import PromptFileDataset
 
 
 def test_empty_prompt_file_names_the_file(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kedro.io import DataCatalog
 
-from hed.io import provenance as provenance
+from hed.io import provenance
 
 
 def test_describe_dataset_versions_and_missing_versions(tmp_path):

@@ -12,7 +12,7 @@ import torch
 from transformers import GenerationConfig
 
 from hed.core.entropy import NonFiniteLogitsError
-from hed.errors import CheckpointError, ConfigError
+from hed.core.token_text import decode_text
 from hed.decode.hf import (
     DecodeRecorder,
     GumbelSampler,
@@ -25,7 +25,7 @@ from hed.decode.hf import (
     resolve_dtype,
     sequence_seed,
 )
-from hed.core.token_text import decode_text
+from hed.errors import CheckpointError, ConfigError
 
 QUESTIONS = [
     "What is 2+2?",
@@ -376,7 +376,7 @@ def test_load_model_and_tokenizer(tiny_model_dir, tmp_path):
 
 
 def test_resolve_dtype_and_params_validation(monkeypatch, tiny_model_dir, tmp_path):
-    from hed.core import compute_dtype as compute_dtype
+    from hed.core import compute_dtype
 
     monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: False)
     assert resolve_dtype("by_device", "cpu") == torch.float32

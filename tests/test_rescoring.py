@@ -8,7 +8,6 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from hed.errors import CheckpointError, InputDataError
 from hed.decode.hf import (
     PromptInput,
     SamplingParams,
@@ -23,6 +22,7 @@ from hed.decode.teacher_forced import (
     score_responses,
     token_ranks,
 )
+from hed.errors import CheckpointError, InputDataError
 
 
 @pytest.fixture(scope="module")

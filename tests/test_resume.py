@@ -29,9 +29,9 @@ import pytest
 from kedro.io.core import DatasetError, Version
 from kedro_datasets.json import JSONDataset
 
-from hed.records.atomic_io import install_atomic_local_writes, remove_stale_temporaries
-from hed.io.datasets import ArrowParquetDataset, write_parquet_atomically
 from hed.errors import ConfigError, InputDataError
+from hed.io.datasets import ArrowParquetDataset, write_parquet_atomically
+from hed.records.atomic_io import install_atomic_local_writes, remove_stale_temporaries
 
 from .project_copy import (
     NUM_SHARDS,

@@ -26,8 +26,8 @@ from kedro.io.data_catalog import SharedMemoryDataCatalog
 from kedro.pipeline import Node, Pipeline
 from kedro_datasets.json import JSONDataset
 
-from hed.runners import gpu as runners
 from hed.errors import ConfigError
+from hed.runners import gpu as runners
 from hed.runners.gpu import FailedNodesError, GPURunner, Slot, dispatch_key, resolve_slots
 from tests import runner_nodes
 

@@ -23,9 +23,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from hed.io.datasets import ShardPartsDataset
-from hed.hooks import ShardPartsHooks
 from hed.decode.hf import PromptInput, SamplingParams, generate_sequences, load_model_and_tokenizer
+from hed.hooks import ShardPartsHooks
+from hed.io.datasets import ShardPartsDataset
 from hed.records.shard_parts import ShardParts, keep_and_generate
 
 from .project_copy import (

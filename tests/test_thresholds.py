@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hed.errors import ConfigError, InputDataError
 from hed.core.thresholds import (
     HighEntropyMarker,
     compute_threshold,
@@ -13,6 +12,7 @@ from hed.core.thresholds import (
     high_entropy_count,
     validate_top_entropy_frac,
 )
+from hed.errors import ConfigError, InputDataError
 
 
 def select(entropy: np.ndarray, rho: float, chunk: int | None = None) -> np.ndarray:

@@ -21,9 +21,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from hed.report import token_report as tr
-from hed.errors import ConfigError
 from hed.core.token_text import DECODE_KWARGS
+from hed.errors import ConfigError
+from hed.report import token_report as tr
 
 from .browser import open_page
 from .token_report_demo import RESPONSES, RUN, STEPS, demo_prompts, demo_step

@@ -40,7 +40,7 @@ from kedro.framework.session import KedroSession
 from PIL import Image
 from transformers import LlamaForCausalLM
 
-from hed.config import layout as layout
+from hed.config import layout
 from hed.report.figures import CATEGORY_COLOURS, figure3_size, figure_size
 
 from .conftest import REPO_ROOT, build_tiny_model

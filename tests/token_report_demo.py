@@ -18,9 +18,9 @@ import pyarrow as pa
 import yaml
 
 from hed.core.lexicon import parse_lexicon
-from hed.records.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA
 from hed.core.token_text import token_texts
 from hed.core.words import assign_words
+from hed.records.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA
 
 from .conftest import REPO_ROOT
 

@@ -17,11 +17,11 @@ from kedro.framework.hooks import hook_impl
 from kedro.framework.project import settings
 
 from hed.config import layout, params
-from hed.io import run_lock
-from hed.errors import ConfigError
-from hed.pass1.sources import export_wandb_api_key
 from hed.config.preflight import check_parameters, check_reused_shards
+from hed.errors import ConfigError
+from hed.io import run_lock
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
+from hed.pass1.sources import export_wandb_api_key
 
 logger = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from kedro.config import OmegaConfigLoader
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
-from hed.io.datasets import write_parquet_atomically
-from hed.errors import ConfigError, HEDError, InputDataError
 from hed.config.layout import RunSpec, StudyLayout
 from hed.core.lexicon import parse_lexicon
+from hed.errors import ConfigError, HEDError, InputDataError
+from hed.io.datasets import write_parquet_atomically
 from hed.pipelines.aggregation import create_pipeline
 from hed.pipelines.aggregation import nodes as agg
 from hed.records.schema import (
@@ -180,7 +180,7 @@ CHECKPOINTS = {
 @pytest.fixture(autouse=True)
 def cpu_without_native_bf16(monkeypatch):
     """by_device on CPU is float32 here, as on a CPU without AVX512-BF16 / AMX."""
-    from hed.core import compute_dtype as compute_dtype
+    from hed.core import compute_dtype
 
     monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: False)
 

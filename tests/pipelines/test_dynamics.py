@@ -19,8 +19,8 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 from PIL import Image
 
-from hed.errors import ConfigError, InputDataError
 from hed.config.layout import RunSpec, StudyLayout
+from hed.errors import ConfigError, InputDataError
 from hed.pipelines.dynamics import create_pipeline
 from hed.pipelines.dynamics import nodes as dyn
 

@@ -11,10 +11,10 @@ import json
 import pandas as pd
 import pytest
 
-from hed.io.datasets import PromptFileDataset
-from hed.errors import ConfigError, InputDataError
-from hed.pipelines.generation.nodes import build_prompt_set
 from hed.decode.prompts import prompt_id
+from hed.errors import ConfigError, InputDataError
+from hed.io.datasets import PromptFileDataset
+from hed.pipelines.generation.nodes import build_prompt_set
 
 PARAMS = {
     "prompt_columns": ["prompt", "question", "problem"],
@@ -97,8 +97,8 @@ def test_missing_answer_column_gives_null_answers(tmp_path):
 def test_grading_ignores_the_eos_text():
     import numpy as np
 
-    from hed.pipelines.generation.nodes import sequences_table
     from hed.decode.hf import GeneratedSequence
+    from hed.pipelines.generation.nodes import sequences_table
 
     seq = GeneratedSequence(
         prompt_index=0,

@@ -14,10 +14,10 @@ from kedro.runner import SequentialRunner
 from kedro_datasets.pandas import CSVDataset
 
 from hed.config import layout
-from hed.pass1 import sources as pass1_sources
+from hed.config.layout import layout_from_params
 from hed.errors import ConfigError
 from hed.hooks import ProjectHooks
-from hed.config.layout import layout_from_params
+from hed.pass1 import sources as pass1_sources
 from hed.pipelines.metrics import create_pipeline
 from tests.test_pass1_sources import FakeApi, FakeRun
 

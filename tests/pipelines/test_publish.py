@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from hed.io import provenance as provenance
-from hed.io.datasets import PublishedArtifactsDataset
 from hed.errors import ConfigError, InputDataError
-from hed.pipelines.publish import create_pipeline as create_publish
-from hed.pipelines.publish.nodes import plan_publication
+from hed.io import provenance
+from hed.io.datasets import PublishedArtifactsDataset
 from hed.io.provenance import describe_dataset
 from hed.io.publishing import MANIFEST
+from hed.pipelines.publish import create_pipeline as create_publish
+from hed.pipelines.publish.nodes import plan_publication
 from tests.pipelines.test_reporting import (  # noqa: F401 - _no_git is an autouse fixture
     REPO,
     _no_git,

@@ -24,10 +24,9 @@ from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
 from kedro.runner import SequentialRunner
 
-from hed.io import provenance as provenance
 from hed.errors import ConfigError
-from hed.report.figures import FIGURE2_MEASURES, figure3_size, figure_size
 from hed.hooks import ProvenanceHooks
+from hed.io import provenance
 from hed.pipelines.reporting import create_pipeline
 from hed.pipelines.reporting.nodes import (
     FIGURE2_COLUMNS,
@@ -40,6 +39,7 @@ from hed.pipelines.reporting.nodes import (
     plot_figure2_png,
     rank_words,
 )
+from hed.report.figures import FIGURE2_MEASURES, figure3_size, figure_size
 
 REPO = Path(__file__).resolve().parents[2]
 RUNS = {

@@ -16,8 +16,8 @@ import yaml
 from kedro.io import DataCatalog
 from kedro.runner import SequentialRunner
 
-from hed.pipelines.reporting import create_pipeline
 from hed.core.token_text import DECODE_KWARGS
+from hed.pipelines.reporting import create_pipeline
 
 from ..conftest import REPO_ROOT
 from ..token_report_demo import RUN, STEPS, demo_prompts, demo_step

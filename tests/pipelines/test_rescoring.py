@@ -20,7 +20,8 @@ import torch
 import yaml
 from PIL import Image
 
-from hed.config import layout as layout
+from hed.analysis.rescoring import RescoringConsistencyError, reference_plan, rescoring_section
+from hed.config import layout
 from hed.errors import ConfigError, InputDataError
 from hed.pipelines.rescoring import create_pipeline
 from hed.pipelines.rescoring.nodes import (
@@ -28,7 +29,6 @@ from hed.pipelines.rescoring.nodes import (
     collect_rescored_entropies,
     select_user_responses,
 )
-from hed.analysis.rescoring import RescoringConsistencyError, reference_plan, rescoring_section
 
 from ..conftest import build_tiny_model
 from ..project_copy import (

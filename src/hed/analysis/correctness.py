@@ -24,8 +24,8 @@ import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from hed.records.arrow_stream import row_group_batches
 from hed.errors import InputDataError
+from hed.records.arrow_stream import row_group_batches
 from hed.records.response_index import ResponseIndex
 
 #: The category whose high-entropy tokens are counted per 1k tokens.

@@ -52,9 +52,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from hed.records.arrow_stream import row_group_batches
-from hed.errors import ConfigError, InputDataError
 from hed.config.params import positive_int
+from hed.errors import ConfigError, InputDataError
+from hed.records.arrow_stream import row_group_batches
 from hed.records.response_index import ResponseIndex
 
 #: Defaults: Clip-Cov band (verl's clip_cov_lb, clip_cov_ub) and the KL-Cov ratio k.

@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from hed.errors import ConfigError, InputDataError
 from hed.core.thresholds import HighEntropyMarker, compute_threshold, high_entropy_count
+from hed.errors import ConfigError, InputDataError
 
 #: The 80/20 paper's statistics of Qwen3-8B at T = 1 (arXiv 2506.01939, §3): share of tokens
 #: below 0.01 nats and the 80th entropy percentile (nats).

@@ -26,6 +26,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from hed.core.lexicon import Lexicon
+from hed.core.thresholds import EntropyThreshold, HighEntropyMarker
+from hed.core.words import find_words, token_own_words
+from hed.errors import InputDataError
 from hed.records.arrow_stream import (
     DEFAULT_CHUNK,
     ShardCursor,
@@ -36,11 +40,11 @@ from hed.records.arrow_stream import (
     record_batches,
 )
 from hed.records.atomic_io import owned_temporary_folder
-from hed.errors import InputDataError
-from hed.core.lexicon import Lexicon
-from hed.records.schema import HIGH_ENTROPY_POSITION_SCHEMA, MERGED_TOKEN_RECORD_SCHEMA, TOKEN_RECORD_SCHEMA
-from hed.core.thresholds import EntropyThreshold, HighEntropyMarker
-from hed.core.words import find_words, token_own_words
+from hed.records.schema import (
+    HIGH_ENTROPY_POSITION_SCHEMA,
+    MERGED_TOKEN_RECORD_SCHEMA,
+    TOKEN_RECORD_SCHEMA,
+)
 
 
 @dataclass(frozen=True)

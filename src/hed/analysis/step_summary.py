@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from hed.records.arrow_stream import dataset_source
-from hed.errors import InputDataError
 from hed.core.lexicon import Lexicon
+from hed.errors import InputDataError
+from hed.records.arrow_stream import dataset_source
 
 
 def step_summary(

@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from hed.records.arrow_stream import record_batches
 from hed.core.lexicon import Lexicon
 from hed.core.thresholds import EntropyThreshold
+from hed.records.arrow_stream import record_batches
 
 
 def token_probability_mass(

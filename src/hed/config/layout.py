@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hed.config.params import is_integer, positive_int
 from hed.decode.checkpoints import discover_steps
 from hed.errors import CheckpointError, ConfigError
-from hed.config.params import is_integer, positive_int
 
 logger = logging.getLogger(__name__)
 

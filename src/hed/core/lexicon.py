@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hed.errors import ConfigError
 from hed.core.words import Words, is_letter
+from hed.errors import ConfigError
 
 #: Category of every word the lexicon does not list (and of tokens without letters).
 OTHER = "other"

@@ -21,8 +21,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hed.records.atomic_io import atomic_folder
 from hed.errors import CheckpointError
+from hed.records.atomic_io import atomic_folder
 
 #: Model folders inside ``global_step_<N>``, in the order they are tried.
 MODEL_SUBDIRS = ("actor_hf", "actor/huggingface")

@@ -69,8 +69,8 @@ from transformers import (
 )
 
 from hed.core.entropy import NonFiniteLogitsError, token_distribution_stats, token_logprobs
-from hed.errors import CheckpointError, ConfigError, one_line
 from hed.core.token_text import token_texts_batch
+from hed.errors import CheckpointError, ConfigError, one_line
 
 FINISH_EOS = "eos"
 FINISH_LENGTH = "length"

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hed.errors import ConfigError, InputDataError
 from hed.config.params import DUPLICATE_POLICIES, positive_int
+from hed.errors import ConfigError, InputDataError
 
 logger = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from hed.core.entropy import NonFiniteLogitsError
-from hed.errors import CheckpointError, ConfigError
+from hed.core.token_text import token_texts_batch
 from hed.decode.hf import (
     FINISH_EOS,
     FINISH_LENGTH,
@@ -53,7 +53,7 @@ from hed.decode.hf import (
     SamplingParams,
     sequence_seed,
 )
-from hed.core.token_text import token_texts_batch
+from hed.errors import CheckpointError, ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -33,6 +33,8 @@ from kedro.io.core import (
     VersionNotFoundError,
 )
 
+from hed.errors import InputDataError, one_line
+from hed.io.publishing import publish, published_manifests
 from hed.records.atomic_io import (
     LOCAL_PROTOCOLS,
     atomic_path,
@@ -43,8 +45,6 @@ from hed.records.atomic_io import (
     url_of,
     write_error,
 )
-from hed.errors import InputDataError, one_line
-from hed.io.publishing import publish, published_manifests
 
 logger = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ import numpy as np
 import pandas as pd
 from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError
 
-from hed.records.atomic_io import url_of
 from hed.errors import one_line
+from hed.records.atomic_io import url_of
 
 logger = logging.getLogger(__name__)
 

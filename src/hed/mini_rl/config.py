@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hed.errors import ConfigError
 from hed.config.layout import data_root
-from hed.mini_rl.reward import grader
 from hed.config.params import positive_int
+from hed.errors import ConfigError
+from hed.mini_rl.reward import grader
 
 #: Bumped when the layout of what a training run writes changes (forces a retrain).
 FORMAT_VERSION = 1

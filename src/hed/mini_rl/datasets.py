@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from hed.records.atomic_io import atomic_path
-from hed.io.datasets import PromptFileDataset
 from hed.errors import InputDataError
+from hed.io.datasets import PromptFileDataset
 from hed.mini_rl.tasks import TASK_COLUMNS
+from hed.records.atomic_io import atomic_path
 
 
 class TaskSetDataset(PromptFileDataset):

@@ -20,8 +20,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hed.errors import ConfigError
 from hed.core.grading import grade_response
+from hed.errors import ConfigError
 
 # an integer not glued to a word or a decimal point; a minus sign only when it starts a token
 _INTEGER = re.compile(r"(?<![\w.])-?\d[\d,]*")

@@ -21,8 +21,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from hed.errors import ConfigError
 from hed.config.params import positive_int
+from hed.errors import ConfigError
 
 KINDS = ("add", "sub", "mul", "word")
 

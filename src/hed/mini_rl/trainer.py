@@ -38,6 +38,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from hed.decode.checkpoints import validate_model_dir
 from hed.decode.embedded import ensure_embedded_checkpoint
+from hed.decode.prompts import render_prompt
 from hed.mini_rl.config import STEP_KEY, TrainingSpec, frame_hash, model_identity
 from hed.mini_rl.cpu import CoreMeter, torch_threads_for
 from hed.mini_rl.export import as_compute_dtype, checkpoint_copy, eos_ids_of, save_actor_hf
@@ -51,7 +52,6 @@ from hed.mini_rl.manifest import (
 from hed.mini_rl.reward import correctness_reward, grader
 from hed.mini_rl.validation import ValidationResult, greedy_validation
 from hed.mini_rl.wandb_offline import offline_run_folder, offline_wandb_run
-from hed.decode.prompts import render_prompt
 
 logger = logging.getLogger(__name__)
 

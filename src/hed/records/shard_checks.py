@@ -24,8 +24,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from hed.records.arrow_stream import column_numpy, dataset_source, record_batches
 from hed.errors import InputDataError
+from hed.records.arrow_stream import column_numpy, dataset_source, record_batches
 from hed.records.schema import RECORD_KEY, SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 from hed.records.shard_metadata import GENERATION_METADATA_KEY, stale_field
 

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from hed.report.figures import OKABE_ITO, RC_PARAMS, font_family
 from hed.analysis.overlap import REFERENCE_FRAC_BELOW_0_01, REFERENCE_P80_NATS
+from hed.report.figures import OKABE_ITO, RC_PARAMS, font_family
 
 #: Inches per run panel (width, height) and the PNG resolution.
 PANEL_SIZE = (3.5, 2.8)

@@ -44,8 +44,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from hed.errors import ConfigError
 from hed.config.params import non_negative_int, positive_int
+from hed.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

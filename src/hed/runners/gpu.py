@@ -61,6 +61,7 @@ from kedro.runner import AbstractRunner, ParallelRunner
 from kedro.runner.parallel_runner import ParallelRunnerManager
 from kedro.runner.task import Task
 
+from hed.config.params import is_integer
 from hed.errors import (
     TRACEBACK_VARIABLE,
     ConfigError,
@@ -70,7 +71,6 @@ from hed.errors import (
     one_line,
     short_message,
 )
-from hed.config.params import is_integer
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess

@@ -33,16 +33,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from hed.records.arrow_stream import DEFAULT_CHUNK
-from hed.core.lexicon import Lexicon, parse_lexicon
-from hed.config.params import chunk_records_param, shard_config
-from hed.config.params import section as parameter_section
-from hed.records.shard_checks import (
-    CurrentGeneration,
-    checked_responses,
-    non_special_entropies,
-    shard_report,
-)
 from hed.analysis.step_merge import (
     HighEntropySpill,
     MergedStep,
@@ -52,8 +42,18 @@ from hed.analysis.step_merge import (
     stacked_positions,
 )
 from hed.analysis.step_summary import step_summary
-from hed.core.thresholds import EntropyThreshold, compute_threshold, validate_top_entropy_frac
 from hed.analysis.word_mass import category_probability_mass, token_probability_mass
+from hed.config.params import chunk_records_param, shard_config
+from hed.config.params import section as parameter_section
+from hed.core.lexicon import Lexicon, parse_lexicon
+from hed.core.thresholds import EntropyThreshold, compute_threshold, validate_top_entropy_frac
+from hed.records.arrow_stream import DEFAULT_CHUNK
+from hed.records.shard_checks import (
+    CurrentGeneration,
+    checked_responses,
+    non_special_entropies,
+    shard_report,
+)
 
 logger = logging.getLogger(__name__)
 

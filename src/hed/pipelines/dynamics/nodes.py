@@ -19,13 +19,13 @@ import pandas as pd
 import pyarrow.dataset as ds
 from matplotlib.figure import Figure
 
-from hed.report import dynamics_figures as dynamics_figures
-from hed.core.advantage import DEFAULT_EPSILON, ESTIMATORS, check_estimators, response_advantages
 from hed.analysis.correctness import correctness_values, entropy_by_correctness
 from hed.analysis.covariance import TOP_TOKEN_COLUMNS, CovarianceSettings, step_covariance
-from hed.errors import ConfigError, InputDataError
+from hed.core.advantage import DEFAULT_EPSILON, ESTIMATORS, check_estimators, response_advantages
 from hed.core.lexicon import parse_lexicon
+from hed.errors import ConfigError, InputDataError
 from hed.records.response_index import ResponseIndex
+from hed.report import dynamics_figures
 
 logger = logging.getLogger(__name__)
 

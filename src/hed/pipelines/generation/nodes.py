@@ -12,12 +12,11 @@ import pandas as pd
 import pyarrow as pa
 
 import hed
-from hed.decode.checkpoints import checkpoint_fingerprint, model_dir_for_step
-from hed.decode.embedded import ensure_embedded_checkpoint
-from hed.errors import ConfigError, InputDataError
-from hed.core.grading import grade_response, normalise_reference, reference_parses
 from hed.config.layout import layout_from_params
 from hed.config.params import generation_backend, integer, sampling_params
+from hed.core.grading import grade_response, normalise_reference, reference_parses
+from hed.decode.checkpoints import checkpoint_fingerprint, model_dir_for_step
+from hed.decode.embedded import ensure_embedded_checkpoint
 from hed.decode.prompts import (
     PROMPT_COLUMNS,
     check_context_length,
@@ -28,6 +27,7 @@ from hed.decode.prompts import (
     sample_rows,
     unique_prompt_rows,
 )
+from hed.errors import ConfigError, InputDataError
 from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 from hed.records.shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
 
@@ -210,7 +210,6 @@ def generate_shard(
     import torch
     import transformers
 
-    from hed.decode.progress import ShardProgress
     from hed.decode.hf import (
         PromptInput,
         checkpoint_eos_token_ids,
@@ -218,6 +217,7 @@ def generate_shard(
         load_model_and_tokenizer,
         resolve_dtype,
     )
+    from hed.decode.progress import ShardProgress
     from hed.records.shard_parts import keep_and_generate
 
     entry = checkpoints.get(run, {}).get("steps", {}).get(str(step))

@@ -10,8 +10,8 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.errors import ConfigError
 from hed.config.layout import TRAINING_MANIFEST, active_params, training_inputs  # noqa: F401 - re-exported
+from hed.errors import ConfigError
 from hed.pipelines.binding import bound
 
 from .nodes import collect_training_manifests, generate_task_sets, train_policy

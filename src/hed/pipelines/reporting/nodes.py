@@ -17,15 +17,15 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from hed.io import provenance
-from hed.report import figures, token_report
-from hed.errors import ConfigError
 from hed.config.params import (
     fig2_measure_param,
     fig3_steps_param,
     reporting_section,
     top_n_words_param,
 )
+from hed.errors import ConfigError
+from hed.io import provenance
+from hed.report import figures, token_report
 
 logger = logging.getLogger(__name__)
 

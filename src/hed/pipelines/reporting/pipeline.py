@@ -8,8 +8,8 @@ from typing import Any
 from kedro.pipeline import Node, Pipeline
 
 from hed.config.layout import active_params, layout_from_params
-from hed.pipelines.binding import bound
 from hed.io.provenance import RUN_CONTEXT
+from hed.pipelines.binding import bound
 
 from .nodes import (
     build_figure2_table,

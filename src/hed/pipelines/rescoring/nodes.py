@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 import hed
-from hed.errors import ConfigError, InputDataError
 from hed.analysis.overlap import (
     CHANGE_COLUMNS,
     OVERLAP_COLUMNS,
@@ -23,7 +22,6 @@ from hed.analysis.overlap import (
     entropy_overlap,
     entropy_percentiles,
 )
-from hed.decode.teacher_forced import compare_scores
 from hed.analysis.rescoring import (
     CONSISTENCY_COLUMNS,
     REFERENCE_METADATA_KEY,
@@ -37,6 +35,8 @@ from hed.analysis.rescoring import (
     shard_dtype,
     shard_rows,
 )
+from hed.decode.teacher_forced import compare_scores
+from hed.errors import ConfigError, InputDataError
 from hed.records.schema import RECORD_KEY, REFERENCE_RESPONSE_SCHEMA
 from hed.records.shard_metadata import GENERATION_METADATA_KEY
 
@@ -234,8 +234,8 @@ def rescore_shard(
     """
     import torch
 
-    from hed.decode.prompts import render_prompt
     from hed.decode.hf import checkpoint_eos_token_ids, load_model_and_tokenizer
+    from hed.decode.prompts import render_prompt
     from hed.decode.teacher_forced import score_responses
 
     params = rescoring_section(rescoring)

@@ -32,9 +32,9 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
+from hed.analysis.rescoring import reference_plan
 from hed.config.layout import StudyLayout, active_layout, active_params
 from hed.pipelines.binding import bound
-from hed.analysis.rescoring import reference_plan
 
 from .nodes import (
     check_self_consistency,

@@ -22,6 +22,7 @@ from hed.errors import ConfigError
 from hed.io import run_lock
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 from hed.pass1.sources import export_wandb_api_key
+from hed.runners.resume import resume_command, resume_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -242,3 +243,41 @@ class ShardPartsHooks:
             del self._areas[node.name]
             for area in areas:
                 area.clear()
+
+
+class ResumeHooks:
+    """After a failed run of a runner that stops at the first error (Kedro's
+    ``SequentialRunner``, ``ThreadRunner``): log the command that resumes it.
+
+    The command starts at the nearest nodes whose inputs are on disk
+    (:func:`hed.runners.resume.resume_nodes`), so it runs even when the failed node read data
+    kept only in memory. ``GPURunner`` and ``RayRunner`` name their own command in their
+    ``FailedNodesError`` (computed the same way); nothing is logged for those.
+    """
+
+    def __init__(self) -> None:
+        self._completed: set[str] = set()
+
+    @hook_impl
+    def before_pipeline_run(self) -> None:
+        self._completed = set()
+
+    @hook_impl
+    def after_node_run(self, node: Any) -> None:
+        self._completed.add(node.name)
+
+    @hook_impl
+    def on_pipeline_error(self, error: Exception, pipeline: Any, catalog: Any) -> None:
+        """Log ``Resume with: kedro run ... --from-nodes ...`` (:func:`resume_command`)."""
+        from hed.errors import NodeFailuresError
+
+        if isinstance(error, NodeFailuresError | KeyboardInterrupt):
+            return  # the runner's own message names the command
+        unfinished = [node.name for node in pipeline.nodes if node.name not in self._completed]
+        starts = resume_nodes(pipeline, unfinished, catalog)
+        if starts:
+            logger.warning(
+                "%d node(s) did not complete; resume with:\n  %s",
+                len(unfinished),
+                resume_command(starts),
+            )

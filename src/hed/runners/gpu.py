@@ -35,7 +35,6 @@ import multiprocessing
 import os
 import pickle
 import re
-import shlex
 import signal
 import sys
 import threading
@@ -71,6 +70,7 @@ from hed.errors import (
     one_line,
     short_message,
 )
+from hed.runners import resume
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -84,7 +84,6 @@ GPU_TAG = "gpu"
 TERMINATE_GRACE_S = 10.0  # SIGTERM → SIGKILL for a node's process group when a run is stopped
 
 logger = logging.getLogger(__name__)
-_DIGITS = re.compile(r"(\d+)")
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,8 @@ class FailedNodesError(NodeFailuresError):
     Attributes:
         failures: failed node name → one-line reason.
         skipped: node not run → the failed or skipped upstream nodes it needed.
-        resume_command: the ``kedro run ... --from-nodes <failed>`` command to run next.
+        resume_command: the ``kedro run ... --from-nodes <start>`` command to run next
+            (:func:`hed.runners.resume.resume_nodes`).
     """
 
     def __init__(
@@ -120,7 +120,11 @@ class FailedNodesError(NodeFailuresError):
         if skipped:
             names = ", ".join(sorted(skipped, key=dispatch_key))
             lines.append(f"{len(skipped)} node(s) downstream of them did not run: {names}")
-        lines += ["Rerun the failed nodes and everything after them with:", f"  {resume_command}"]
+        lines += [
+            "Rerun them (from the nearest nodes whose inputs are on disk) and everything after "
+            "them with:",
+            f"  {resume_command}",
+        ]
         super().__init__("\n".join(lines))
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -142,8 +146,7 @@ def dispatch_key(node_name: str) -> tuple[str | int, ...]:
     ``<run>.step_<step>.shard_<k>.<name>`` sort by (run, step, shard) and any other names
     sort by name.
     """
-    parts = _DIGITS.split(node_name)  # text, digits, text, ...: same types at the same places
-    return tuple(int(part) if i % 2 else part for i, part in enumerate(parts))
+    return resume.natural_key(node_name)
 
 
 def visible_gpus() -> list[str]:
@@ -415,48 +418,38 @@ class GPURunner(ParallelRunner):
                 for n in unfinished
                 if not any(d.name not in settled for d in self._dependencies.get(n, ()))
             ]
+            starts = resume.resume_nodes(pipeline, first, catalog)
             raise RunInterruptedError(
                 f"interrupted (Ctrl-C): {len(pipeline.nodes) - len(unfinished)} of "
                 f"{len(pipeline.nodes)} node(s) completed and kept their outputs; resume with: "
-                f"{self.resume_command(first)}"
+                f"{self.resume_command(starts)}"
             ) from None
         executor = self._executor
         if executor is not None and executor.failures:
-            raise FailedNodesError(
-                executor.failures, executor.skipped, self.resume_command(executor.failures)
-            )
+            starts = resume.resume_nodes(pipeline, executor.failures, catalog)
+            raise FailedNodesError(executor.failures, executor.skipped, self.resume_command(starts))
 
     def __del__(self) -> None:
         if getattr(self, "_manager", None) is not None:
             super().__del__()
 
-    def resume_command(self, failed_nodes: Iterable[str]) -> str:
-        """The command that reruns the failed nodes and everything downstream of them.
+    def resume_command(self, start_nodes: Iterable[str]) -> str:
+        """The command that reruns ``start_nodes`` and everything downstream of them.
 
-        ``--from-nodes <failed>``, not ``--only-missing-outputs``: that flag skips every node
-        whose outputs exist, and with Kedro's versioned datasets an older run's tables and
-        figures exist, so the nodes downstream of a regenerated shard would not run again.
-        Every node that is not downstream of a failure has completed (siblings go on).
+        ``--from-nodes``, not ``--only-missing-outputs``: that flag skips every node whose
+        outputs exist, and with Kedro's versioned datasets an older run's tables and figures
+        exist, so the nodes downstream of a regenerated shard would not run again. Every node
+        that is not downstream of a failure has completed (siblings go on).
 
-        Under ``kedro run`` it is that very command with ``--from-nodes`` (an earlier
-        ``--from-nodes`` and ``--only-missing-outputs`` are dropped); otherwise a ``kedro run``
-        with this runner, its parameters and ``--env $KEDRO_ENV`` when set.
+        Under ``kedro run`` it is that very command with ``--from-nodes``
+        (:func:`hed.runners.resume.resume_command`); otherwise a ``kedro run`` with this
+        runner, its parameters and ``--env $KEDRO_ENV`` when set.
 
         Args:
-            failed_nodes: names of the nodes that failed.
+            start_nodes: where the resume starts (:func:`hed.runners.resume.resume_nodes`:
+                the failed nodes, or the nearest nodes upstream of them whose inputs are on
+                disk).
         """
-        from_nodes = ["--from-nodes", ",".join(sorted(failed_nodes, key=dispatch_key))]
-        ctx = click.get_current_context(silent=True)
-        if ctx is not None and ctx.command.name == "run":
-            args, dropped = [], False
-            for arg in sys.argv[1:]:
-                if dropped:
-                    dropped = False
-                elif arg == "--from-nodes":
-                    dropped = True
-                elif arg != "--only-missing-outputs" and not arg.startswith("--from-nodes="):
-                    args.append(arg)
-            return shlex.join(["kedro", *args, *from_nodes])
         env = os.environ.get("KEDRO_ENV")
         # the name users type (hed.runners.<Runner>), not the defining module's
         module = type(self).__module__
@@ -464,7 +457,8 @@ class GPURunner(ParallelRunner):
             module = "hed.runners"
         runner = f"{module}.{type(self).__qualname__}"
         args = ["--runner", runner, "--runner-params", self._runner_params()]
-        return shlex.join(["kedro", "run", *(["--env", env] if env else []), *args, *from_nodes])
+        fallback = ["run", *(["--env", env] if env else []), *args]
+        return resume.resume_command(sorted(start_nodes, key=dispatch_key), fallback)
 
     def _runner_params(self) -> str:
         ids = [slot.cuda_visible_devices for slot in self._slots]

@@ -50,7 +50,13 @@ def generated(tmp_path_factory, smollm2_dir) -> Path:
 
 def _run(project: Path, argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        argv, cwd=project, env=kedro_environment(), capture_output=True, text=True, timeout=600
+        argv,
+        cwd=project,
+        env=kedro_environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
 
 

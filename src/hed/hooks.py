@@ -20,6 +20,7 @@ from hed.config import layout, params
 from hed.config.preflight import check_parameters, check_reused_shards
 from hed.errors import ConfigError
 from hed.io import run_lock
+from hed.io.freshness import Freshness, update_command
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 from hed.pass1.sources import export_wandb_api_key
 from hed.runners.resume import resume_command, resume_nodes
@@ -281,3 +282,55 @@ class ResumeHooks:
                 len(unfinished),
                 resume_command(starts),
             )
+
+
+class FreshnessHooks:
+    """``computed_from``: record what each saved dataset was computed from, and refuse a run
+    that would read a stale one (:mod:`hed.io.freshness`).
+
+    Registered last in ``settings.HOOKS`` so that its ``before_pipeline_run`` runs first
+    (pluggy calls the last registered first): a refusal comes before the run lock is taken.
+    ``gpu`` nodes (shards, with their own metadata) are not recorded.
+    """
+
+    def __init__(self) -> None:
+        self._fresh: Freshness | None = None
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        """Refuse when a dataset the pipeline reads is stale (:meth:`Freshness.check`)."""
+        self._fresh = Freshness(layout.data_root())
+        asked = run_params.get("pipeline_names") or []
+        self._fresh.check(
+            pipeline.inputs(),
+            catalog.load("parameters"),
+            lambda dataset: update_command(_producers(dataset), asked),
+        )
+
+    @hook_impl
+    def after_node_run(self, node: Any, inputs: dict[str, Any]) -> None:
+        if self._fresh is not None and "gpu" not in node.tags:
+            self._fresh.node_ran(node, inputs)
+
+    @hook_impl
+    def after_dataset_saved(self, dataset_name: str, node: Any) -> None:
+        if self._fresh is not None and "gpu" not in node.tags:
+            self._fresh.saved(dataset_name)
+
+
+def _producers(dataset: str) -> list[str]:
+    """The pipelines of the project (not ``__default__``) that write ``dataset``.
+
+    Built here, not taken from the session's registry: ``--pipelines reporting`` loads only
+    the pipelines asked for. Called only to word a refusal.
+    """
+    from kedro.framework.project import find_pipelines, pipelines
+
+    # Kedro 1.7's find_pipelines builds only the CLI's --pipelines while they are set
+    requested = pipelines._requested_pipelines
+    pipelines._requested_pipelines = None
+    try:
+        built = find_pipelines(raise_errors=False)
+    finally:
+        pipelines._requested_pipelines = requested
+    return [name for name in sorted(built) if dataset in built[name].all_outputs()]

@@ -4,7 +4,13 @@ import warnings
 
 from hed.config.loader import HEDConfigLoader
 from hed.errors import install_short_tracebacks
-from hed.hooks import ProjectHooks, ProvenanceHooks, ResumeHooks, ShardPartsHooks
+from hed.hooks import (
+    FreshnessHooks,
+    ProjectHooks,
+    ProvenanceHooks,
+    ResumeHooks,
+    ShardPartsHooks,
+)
 from hed.records.atomic_io import install_atomic_local_writes, install_atomic_object_writes
 
 # Every local file a dataset writes appears only when complete (temporary file + rename),
@@ -26,7 +32,9 @@ warnings.filterwarnings("ignore", message=r"register_new_resolver\(\) is depreca
 # (update_wrapper); Kedro warns about partials again in every GPURunner child that unpickles one
 warnings.filterwarnings("ignore", message=r"The node producing outputs .* 'partial' function")
 
-HOOKS = (ProjectHooks(), ProvenanceHooks(), ShardPartsHooks(), ResumeHooks())
+# FreshnessHooks last: its before_pipeline_run runs first (a stale input is refused before the
+# run lock is taken)
+HOOKS = (ProjectHooks(), ProvenanceHooks(), ShardPartsHooks(), ResumeHooks(), FreshnessHooks())
 
 # parameters merge key by key: an environment or --params changes only the keys it names
 CONFIG_LOADER_CLASS = HEDConfigLoader

@@ -43,8 +43,9 @@ def masked_logits(rows: int, vocab: int, dtype: torch.dtype, seed: int) -> torch
     return logits.to(dtype)
 
 
-def largest_differences(logits, temperature, entropy, log_z, top_probs, top_ids) -> dict:
+def largest_differences(logits, temperature, *stats) -> dict:
     """Max |difference| to the reference, and whether the ids point at the top-k values."""
+    entropy, log_z, top_probs, top_ids = stats
     ref = token_distribution_stats(logits, temperature, top_ids.shape[-1], check_finite=False)
     scaled = logits.float() / temperature
     return {
@@ -78,9 +79,11 @@ TRITON_SCRIPT = textwrap.dedent(
         for dtype in DTYPES:
             for temperature in TEMPERATURES:
                 logits = masked_logits(rows, vocab, dtype, seed=rows * vocab)
-                diff = largest_differences(logits, temperature, *triton_row_stats(logits, temperature, 5))
+                stats = triton_row_stats(logits, temperature, 5)
+                diff = largest_differences(logits, temperature, *stats)
                 out.append({"case": [rows, vocab, str(dtype), temperature], **diff})
-    bad = torch.tensor([[0.0, float("nan"), 1.0], [NEG := float("-inf"), NEG, NEG], [1.0, float("inf"), 0.0]])
+    nan, inf = float("nan"), float("inf")
+    bad = torch.tensor([[0.0, nan, 1.0], [-inf, -inf, -inf], [1.0, inf, 0.0]])
     entropy, log_z, _, _ = triton_row_stats(bad, 1.0, 2)
     out.append({"undefined": [entropy.isnan().tolist(), log_z.tolist()]})
     print(json.dumps(out))

@@ -20,8 +20,8 @@ model's step. This module gives the same numbers from fewer passes, chosen by th
 
 Every route returns the reference's formulas (docstring of ``token_distribution_stats``):
 entropies and ``log Z`` agree with it within 1e-5 nats (float32 summation order differs),
-top-k probabilities within 1e-5 (``|Δp| ≤ p·|Δlog Z|``); the top-k ids are the same except between exactly equal
-probabilities, where the order of equal values may differ.
+top-k probabilities within 1e-5 (``|Δp| ≤ p·|Δlog Z|``); the top-k ids are the same except
+between exactly equal probabilities, where the order of equal values may differ.
 
 A route that fails at its first call (no compiler, a Triton build error) logs one warning
 naming the error and falls back to the reference for the rest of the process.
@@ -170,7 +170,7 @@ class DistributionStats:
             return _ROUTES[self.route](logits, temperature, k)
         try:
             stats = _ROUTES[self.route](logits, temperature, k)
-        except Exception as exc:  # noqa: BLE001 - any build failure falls back to the reference
+        except Exception as exc:  # any build failure: fall back to the reference
             from hed.errors import one_line
 
             logger.warning(

@@ -42,7 +42,7 @@ def _packed_keys(x, ids):
 
 
 @triton.jit
-def _row_stats_kernel(
+def _row_stats_kernel(  # noqa: PLR0917 - a kernel's arguments are positional
     z_ptr,
     row_stride,
     n_cols,
@@ -73,7 +73,7 @@ def _row_stats_kernel(
         z = tl.load(row_ptr + ids, mask=valid, other=neg_inf).to(tl.float32)
         x = tl.math.div_rn(z, temperature)
         x = tl.where(valid, x, neg_inf)
-        n_nan += tl.sum((x != x).to(tl.int32), axis=0)
+        n_nan += tl.sum((x != x).to(tl.int32), axis=0)  # noqa: PLR0124 - NaN test
         m_new = tl.maximum(m, tl.max(x, axis=0))
         m_safe = tl.where(m_new == neg_inf, 0.0, m_new)
         shift = tl.where(m == neg_inf, 0.0, m - m_safe)

@@ -620,6 +620,11 @@ def _(t: Ctx) -> Expect:
     )
 
 
+@case("params-stats-kernel")
+def _(t: Ctx) -> Expect:
+    return Expect(sampling(stats_kernel="fast"), ConfigError, ("generation.stats_kernel", "'fast'"))
+
+
 @case("params-temperature-not-a-number")
 def _(t: Ctx) -> Expect:
     return Expect(sampling(temperature="hot"), ConfigError, ("generation.temperature", "'hot'"))

@@ -474,6 +474,7 @@ def sampling_params(params: Mapping[str, Any]):
         top_prob_k=params.get("top_prob_k", 5),
         seed=params.get("seed", 0),
         batch_size=params.get("batch_size", 8),
+        stats_kernel=params.get("stats_kernel", "auto"),
     )
 
 

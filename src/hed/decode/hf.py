@@ -68,7 +68,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from hed.core.entropy import NonFiniteLogitsError, token_distribution_stats, token_logprobs
+from hed.core.entropy import NonFiniteLogitsError, token_logprobs
+from hed.core.fused_stats import DistributionStats, check_stats_kernel
 from hed.core.token_text import token_texts_batch
 from hed.errors import CheckpointError, ConfigError, one_line
 
@@ -109,6 +110,9 @@ class SamplingParams:
         top_prob_k: how many most probable tokens each record keeps.
         seed: base seed; each sequence's generator is seeded from (seed, prompt_id, sample_index).
         batch_size: sequences per ``generate`` call.
+        stats_kernel: how the recorders compute the statistics of softmax(z / T) (one of
+            :data:`hed.core.fused_stats.STATS_KERNELS`; ``auto``: one pass in Triton on CUDA,
+            the reference torch code otherwise).
     """
 
     temperature: float = 1.0
@@ -118,8 +122,10 @@ class SamplingParams:
     top_prob_k: int = 5
     seed: int = 0
     batch_size: int = 8
+    stats_kernel: str = "auto"
 
     def __post_init__(self) -> None:
+        check_stats_kernel(self.stats_kernel)
         if self.top_k in TOP_K_OFF and not isinstance(self.top_k, bool):
             object.__setattr__(self, "top_k", None)
 
@@ -198,6 +204,7 @@ class DecodeRecorder(LogitsProcessor):
         top_prob_k: how many most probable tokens to keep per step.
         on_tokens: called after each step with that step's sampled tokens ``(B,)`` (on the
             device); :func:`generate_sequences` counts generated tokens with it for progress.
+        stats_kernel: route of the statistics (:class:`hed.core.fused_stats.DistributionStats`).
     """
 
     def __init__(
@@ -205,7 +212,9 @@ class DecodeRecorder(LogitsProcessor):
         temperature: float = 1.0,
         top_prob_k: int = 5,
         on_tokens: Callable[[torch.Tensor], None] | None = None,
+        stats_kernel: str = "auto",
     ):
+        self.stats = DistributionStats(stats_kernel)
         self.temperature = temperature
         self.top_prob_k = top_prob_k
         self.on_tokens = on_tokens
@@ -218,9 +227,7 @@ class DecodeRecorder(LogitsProcessor):
         self._log_z: torch.Tensor | None = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        stats = token_distribution_stats(
-            scores, self.temperature, self.top_prob_k, check_finite=False
-        )
+        stats = self.stats(scores, self.temperature, self.top_prob_k)
         self.entropy.append(stats.entropy)
         self.topk_ids.append(stats.topk_ids.to(torch.int32))
         self.topk_probs.append(stats.topk_probs)
@@ -312,7 +319,7 @@ def build_logits_processors(
 
     ``on_tokens`` is the recorder's per-step callback (:class:`DecodeRecorder`).
     """
-    recorder = DecodeRecorder(params.temperature, params.top_prob_k, on_tokens)
+    recorder = DecodeRecorder(params.temperature, params.top_prob_k, on_tokens, params.stats_kernel)
     processors: list[LogitsProcessor] = [recorder]
     if params.temperature != 1.0:
         processors.append(TemperatureLogitsWarper(params.temperature))

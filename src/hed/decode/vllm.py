@@ -487,7 +487,7 @@ class RecordingEngine:
             for sample in range(samples_per_prompt)
             if (prompt.prompt_index, sample) not in (skip or ())
         ]
-        sink = RecordSink(params.temperature, params.top_prob_k)
+        sink = RecordSink(params.temperature, params.top_prob_k, stats_kernel=params.stats_kernel)
         if self.processor_class is not None:
             self.processor_class.sink = sink
         engine = self.llm.llm_engine

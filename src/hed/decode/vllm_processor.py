@@ -8,10 +8,10 @@ argmax-invariant, so it sees exactly the raw float32 logits ``z`` ``(num_reqs, V
 sampler draws from: the same tensor :class:`hed.decode.hf.DecodeRecorder` sees in
 ``generate``. Per row it computes, on the logits' device and without a host sync, the
 entropy (nats), ``log Z`` and the ``top_prob_k`` most probable ids and probabilities of
-``softmax(z / T)`` (:func:`hed.core.entropy.token_distribution_stats`, max-shifted) and returns the
-logits unchanged. The sampled token's log-probability is ``z_t / T - log Z``; vLLM returns
-``z_t`` itself (``logprobs=0`` with ``logprobs_mode="raw_logits"``), see
-:mod:`hed.decode.vllm`.
+``softmax(z / T)`` (:mod:`hed.core.fused_stats`, by the route ``generation.stats_kernel``
+picks) and returns the logits unchanged. The sampled token's log-probability is
+``z_t / T - log Z``; vLLM returns ``z_t`` itself (``logprobs=0`` with
+``logprobs_mode="raw_logits"``), see :mod:`hed.decode.vllm`.
 
 Rows and requests: vLLM keeps a persistent batch whose rows are added, removed, moved and
 swapped between steps; the processor follows them through its ``update_state`` batch updates
@@ -42,7 +42,7 @@ import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from hed.core.entropy import token_distribution_stats
+from hed.core.fused_stats import DistributionStats
 
 #: ``SamplingParams.extra_args`` key holding HED's integer request key.
 EXTRA_ARGS_KEY = "hed_request"
@@ -64,9 +64,17 @@ class RecordSink:
         top_prob_k: k, the most probable tokens kept per row.
         flush_every: steps kept on the device before a flush (bounds device memory to
             ``flush_every · B · (2 + 2k) · 4`` bytes).
+        stats_kernel: route of the statistics (:class:`hed.core.fused_stats.DistributionStats`).
     """
 
-    def __init__(self, temperature: float, top_prob_k: int, flush_every: int = 256) -> None:
+    def __init__(
+        self,
+        temperature: float,
+        top_prob_k: int,
+        flush_every: int = 256,
+        stats_kernel: str = "auto",
+    ) -> None:
+        self.stats = DistributionStats(stats_kernel)
         self.temperature = float(temperature)
         self.top_prob_k = int(top_prob_k)
         self.flush_every = int(flush_every)
@@ -79,9 +87,7 @@ class RecordSink:
         """Record one step: raw float32 ``logits`` (B, V); ``keys``, ``positions`` (B,) int64."""
         if logits.shape[-1] > _MAX_EXACT_ID:
             raise RuntimeError(f"vocabulary of {logits.shape[-1]} ids exceeds 2**24")
-        stats = token_distribution_stats(
-            logits, self.temperature, self.top_prob_k, check_finite=False
-        )
+        stats = self.stats(logits, self.temperature, self.top_prob_k)
         packed = torch.cat(
             [
                 stats.entropy.unsqueeze(-1),

@@ -36,7 +36,8 @@ import logging
 import numbers
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,21 @@ INSTALL_HINT = (
     "or set generation.backend: hf"
 )
 
+#: One line for ``generation.vllm.tensor_parallel_size`` > 1.
+TENSOR_PARALLEL_REFUSAL = (
+    "generation.vllm.tensor_parallel_size: {size} is not supported: HED records inside the "
+    "sampler of an engine running in the node's own process (one worker), and with tensor "
+    "parallelism vLLM samples in worker processes the recorder cannot reach; set "
+    "tensor_parallel_size: 1 and run one engine per GPU (GPURunner gpus=0:1:..., one shard "
+    "per GPU), or use backend: hf"
+)
+
+#: Environment variable :class:`hed.runners.GPURunner` sets in each node process to its
+#: slot's 0-based index (``hed.runners.gpu.SLOT_INDEX_ENV``).
+SLOT_INDEX_ENV = "HED_SLOT_INDEX"
+#: Engines of different slots on one node take ``VLLM_PORT + PORT_STRIDE · slot`` onwards.
+PORT_STRIDE = 16
+
 #: KV cache reserved on CPU when ``generation.vllm.kv_cache_memory_bytes`` is null (1 GiB):
 #: vLLM's CPU default reserves ``gpu_memory_utilization`` of the whole NUMA node.
 CPU_DEFAULT_KV_CACHE_BYTES = 1 << 30
@@ -85,6 +101,7 @@ class VLLMSettings:
         enforce_eager: true: no CUDA graphs / torch.compile (faster start, slower decode);
             null: true on CPU, false on GPUs.
         enable_prefix_caching: reuse the KV cache of a prompt across its samples.
+        tensor_parallel_size: 1 only (:data:`TENSOR_PARALLEL_REFUSAL` says why).
     """
 
     gpu_memory_utilization: float = 0.9
@@ -93,10 +110,15 @@ class VLLMSettings:
     max_num_seqs: int = 256
     enforce_eager: bool | None = None
     enable_prefix_caching: bool = True
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         def whole(value: Any) -> bool:
             return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+        tp = self.tensor_parallel_size
+        if whole(tp) and tp > 1:
+            raise ConfigError(TENSOR_PARALLEL_REFUSAL.format(size=tp))
 
         checks = [
             (
@@ -129,6 +151,7 @@ class VLLMSettings:
                 isinstance(self.enable_prefix_caching, bool),
                 "true or false",
             ),
+            ("tensor_parallel_size", whole(tp) and tp == 1, "1"),
         ]
         for name, ok, rule in checks:
             if not ok:
@@ -254,7 +277,7 @@ def engine_arguments(
         "logprobs_mode": "raw_logits",
         "max_logprobs": 0,
         "skip_tokenizer_init": True,
-        "tensor_parallel_size": 1,
+        "tensor_parallel_size": int(settings.tensor_parallel_size),
     }
     if kv_bytes is not None:
         arguments["kv_cache_memory_bytes"] = int(kv_bytes)
@@ -287,6 +310,49 @@ def _modules_with_context_proxies_hidden() -> Iterator[None]:
         sys.modules.update(hidden)
 
 
+def slot_port(environ: Mapping[str, str] = os.environ) -> int | None:
+    """The ``VLLM_PORT`` an engine in this slot uses, or None when ``VLLM_PORT`` is unset.
+
+    ``VLLM_PORT`` is where vLLM starts looking for free ports; engines that start at once
+    in the slots of one node (:class:`hed.runners.GPURunner`) would all probe the same
+    ones. Each takes ``VLLM_PORT + PORT_STRIDE · slot`` instead (slot from ``HED_SLOT_INDEX``,
+    0 outside the runner).
+
+    Raises:
+        ConfigError: ``VLLM_PORT`` is not a port number, or the slot's port exceeds 65535.
+    """
+    base = environ.get("VLLM_PORT", "").strip()
+    if not base:
+        return None
+    slot = environ.get(SLOT_INDEX_ENV, "0").strip() or "0"
+    slot = slot if slot.isdigit() else "0"
+    if not base.isdigit() or not 0 < int(base) <= 65535:
+        raise ConfigError(f"VLLM_PORT={base!r} is not a port number: unset it or set 1..65535")
+    port = int(base) + PORT_STRIDE * int(slot)
+    if port > 65535:
+        raise ConfigError(
+            f"VLLM_PORT={base} leaves no room for slot {slot} (port {port} > 65535): "
+            f"set VLLM_PORT at most {65535 - PORT_STRIDE * int(slot)}"
+        )
+    return port
+
+
+@contextlib.contextmanager
+def _slot_port() -> Iterator[None]:
+    """``VLLM_PORT`` set to :func:`slot_port` while the engine starts, then restored."""
+    port = slot_port()
+    if port is None:
+        yield
+        return
+    base = os.environ["VLLM_PORT"]
+    os.environ["VLLM_PORT"] = str(port)
+    logger.info("vLLM engine of slot %s: VLLM_PORT %d", os.environ.get(SLOT_INDEX_ENV, "0"), port)
+    try:
+        yield
+    finally:
+        os.environ["VLLM_PORT"] = base
+
+
 def start_engine(arguments: dict[str, Any], logits_processors: Sequence[type] = ()):
     """Start ``vllm.LLM(**arguments)`` in this process, errors made one line.
 
@@ -296,7 +362,7 @@ def start_engine(arguments: dict[str, Any], logits_processors: Sequence[type] = 
     """
     vllm = import_vllm()
     try:
-        with _modules_with_context_proxies_hidden():
+        with _modules_with_context_proxies_hidden(), _slot_port():
             return vllm.LLM(**arguments, logits_processors=list(logits_processors))
     except (ValueError, RuntimeError) as error:
         text = " ".join(str(error).split())
@@ -310,6 +376,41 @@ def start_engine(arguments: dict[str, Any], logits_processors: Sequence[type] = 
                 f"max_new_tokens ({text[:240]})"
             ) from None
         raise
+
+
+def skip_output_token_ids(llm) -> bool:
+    """Tell vLLM's input batch that HED's processor needs no output token ids per step.
+
+    vLLM 0.32 assumes any custom logits processor reads them (``gpu_model_runner.py``:
+    ``InputBatch(logitsprocs_need_output_token_ids=bool(custom_logitsprocs))``): the sampler
+    is then handed every request's output-token list and, with async scheduling (vLLM's
+    default on GPUs), each step first waits for the previous step's sampled ids to reach the
+    host (``InputBatch.update_async_output_token_ids``: ``async_copy_ready_event
+    .synchronize()``), which stalls the overlap of host and device work. HED's processor
+    reads only the *length* of those lists (a row's position), and vLLM keeps the lists
+    (with ``-1`` placeholders under async scheduling) whatever the flag says. Clearing the
+    flag removes that wait; an input batch vLLM rebuilds copies it.
+
+    Returns:
+        True when every worker's flag was found and cleared (False: a vLLM without it,
+        logged once as a warning).
+    """
+
+    def clear(worker) -> bool:
+        batch = getattr(getattr(worker, "model_runner", None), "input_batch", None)
+        if batch is None or not hasattr(batch, "logitsprocs_need_output_token_ids"):
+            return False
+        batch.logitsprocs_need_output_token_ids = False
+        return True
+
+    cleared = all(llm.collective_rpc(clear))
+    if not cleared:
+        logger.warning(
+            "vLLM %s has no InputBatch.logitsprocs_need_output_token_ids: with HED's processor "
+            "each step may wait for the previous step's tokens",
+            vllm_version(),
+        )
+    return cleared
 
 
 def shutdown_engine(llm) -> None:
@@ -328,8 +429,19 @@ def shutdown_engine(llm) -> None:
             pass
 
 
-def sampling_request(vllm, params: SamplingParams, *, seed: int, key: int, eos: Sequence[int]):
-    """vLLM ``SamplingParams`` of one request as HED defines sampling (module docstring)."""
+def sampling_request(
+    vllm,
+    params: SamplingParams,
+    *,
+    seed: int,
+    key: int,
+    eos: Sequence[int],
+    max_tokens: int | None = None,
+):
+    """vLLM ``SamplingParams`` of one request as HED defines sampling (module docstring).
+
+    ``max_tokens`` (default ``params.max_new_tokens``) limits this request alone.
+    """
     return vllm.SamplingParams(
         n=1,
         temperature=float(params.temperature),
@@ -339,7 +451,7 @@ def sampling_request(vllm, params: SamplingParams, *, seed: int, key: int, eos: 
         presence_penalty=0.0,
         frequency_penalty=0.0,
         repetition_penalty=1.0,
-        max_tokens=int(params.max_new_tokens),
+        max_tokens=int(params.max_new_tokens if max_tokens is None else max_tokens),
         min_tokens=0,
         seed=int(seed),
         ignore_eos=True,
@@ -456,6 +568,8 @@ class RecordingEngine:
         self.vllm = import_vllm()
         self.processor_class = make_processor_class(None) if record else None
         self.llm = start_engine(arguments, [self.processor_class] if record else [])
+        if record:
+            skip_output_token_ids(self.llm)
 
     def run(  # noqa: PLR0917 - the call shape of hed.decode.hf.generate_sequences
         self,
@@ -468,11 +582,18 @@ class RecordingEngine:
         encoded: dict[int, list[int]] | None = None,
         *,
         skip: set[tuple[int, int]] | None = None,
+        max_tokens: Mapping[tuple[int, int], int] | None = None,
     ) -> Iterator[GeneratedSequence]:
         """Sample and record, as :func:`generate_sequences_vllm` (which see).
 
         ``tokenizer`` may be None when ``encoded`` (prompt_index -> prompt token ids) is
         given; the sequences then have no token texts (benchmarks of dummy models).
+        ``max_tokens`` maps (prompt_index, sample_index) to a response length limit of its
+        own (benchmarks and tests of varied lengths); others use ``params.max_new_tokens``.
+
+        A finished request is yielded once its records are on the host: the sink's copies
+        never block an engine step (:class:`hed.decode.vllm_processor.RecordSink`), and the
+        run waits for the device once, after the engine's last step.
         """
         from hed.decode.vllm_processor import RecordSink
 
@@ -488,6 +609,10 @@ class RecordingEngine:
             if (prompt.prompt_index, sample) not in (skip or ())
         ]
         sink = RecordSink(params.temperature, params.top_prob_k, stats_kernel=params.stats_kernel)
+        limits = [
+            (max_tokens or {}).get((prompt.prompt_index, sample), params.max_new_tokens)
+            for prompt, sample in pairs
+        ]
         if self.processor_class is not None:
             self.processor_class.sink = sink
         engine = self.llm.llm_engine
@@ -498,24 +623,36 @@ class RecordingEngine:
                 seed=sequence_seed(params.seed, prompt.prompt_id, sample),
                 key=key,
                 eos=eos_token_ids,
+                max_tokens=limits[key],
             )
             engine.add_request(
                 str(key), {"prompt_token_ids": list(encoded[prompt.prompt_index])}, request
             )
         n_sequences = n_tokens = 0
+        waiting: deque[tuple[Any, int]] = deque()  # finished, with the steps they need filed
         try:
-            while engine.has_unfinished_requests():
-                finished = [out for out in engine.step() if out.finished]
-                if not finished:
-                    continue
+            while engine.has_unfinished_requests() or waiting:
+                if engine.has_unfinished_requests():
+                    finished = [out for out in engine.step() if out.finished]
+                else:  # the engine is done: wait for the last copies (one sync per run)
+                    finished = []
+                    sink.flush()
                 if self.processor_class is None:  # plain vLLM: tokens only
                     n_sequences += len(finished)
                     n_tokens += sum(len(out.outputs[0].token_ids) for out in finished)
                     continue
-                sink.flush()
+                waiting.extend((out, sink.steps_recorded) for out in finished)
+                if finished:
+                    sink.start_copy()  # non-blocking: their last rows head for the host now
+                filed = sink.poll()
+                ready = []
+                while waiting and waiting[0][1] <= filed:
+                    ready.append(waiting.popleft()[0])
+                if not ready:
+                    continue
                 results = [
-                    _sequence(out, pairs, sink, params=params, eos_token_ids=eos_token_ids)
-                    for out in finished
+                    _sequence(out, pairs, sink, limits, params=params, eos_token_ids=eos_token_ids)
+                    for out in ready
                 ]
                 texts = (
                     token_texts_batch(tokenizer, [seq.token_ids for seq in results])
@@ -546,7 +683,7 @@ class RecordingEngine:
 
 
 def _sequence(
-    output, pairs, sink, *, params: SamplingParams, eos_token_ids: Sequence[int]
+    output, pairs, sink, limits, *, params: SamplingParams, eos_token_ids: Sequence[int]
 ) -> GeneratedSequence:
     """One finished request as a :class:`GeneratedSequence` (texts filled by the caller)."""
     key = int(output.request_id)
@@ -562,7 +699,7 @@ def _sequence(
     logprob = raw / np.float32(params.temperature) - records["log_z"]
     if n and int(ids[-1]) in set(eos_token_ids):
         finish_reason = FINISH_EOS
-    elif n == params.max_new_tokens:
+    elif n == limits[key]:
         finish_reason = FINISH_LENGTH
     else:
         raise RuntimeError(

@@ -81,6 +81,8 @@ if TYPE_CHECKING:
     from pluggy import PluginManager
 
 GPU_TAG = "gpu"
+#: Set in each node process to its slot's 0-based index in the runner's slot list.
+SLOT_INDEX_ENV = "HED_SLOT_INDEX"
 TERMINATE_GRACE_S = 10.0  # SIGTERM → SIGKILL for a node's process group when a run is stopped
 
 logger = logging.getLogger(__name__)
@@ -509,6 +511,7 @@ class _NodeExecutor(Executor):
         self._context = multiprocessing.get_context("spawn")
         self._bootstrap = (kedro_project.PACKAGE_NAME, dict(kedro_project.LOGGING))
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hed-node")
+        self._slot_index = {s: k for k, s in enumerate(slots)}
         self._workers = [
             threading.Thread(target=self._serve, args=(s,), name=f"hed-{s.label}", daemon=True)
             for s in slots
@@ -653,7 +656,13 @@ class _NodeExecutor(Executor):
         receiver, sender = self._context.Pipe(duplex=False)
         process = self._context.Process(
             target=_child_main,
-            args=(slot.cuda_visible_devices, payload, *self._bootstrap, sender),
+            args=(
+                slot.cuda_visible_devices,
+                self._slot_index[slot],
+                payload,
+                *self._bootstrap,
+                sender,
+            ),
             name=f"hed:{node.name}",
         )
         with self._cond:
@@ -696,8 +705,9 @@ class _NodeExecutor(Executor):
         return reason
 
 
-def _child_main(
+def _child_main(  # noqa: PLR0917 - a Process target's arguments are positional
     cuda_visible_devices: str,
+    slot_index: int,
     payload: bytes,
     package_name: str | None,
     logging_config: dict[str, Any] | None,
@@ -706,6 +716,7 @@ def _child_main(
     """Entry point of a node's process: claim the device, set up the project, run the task."""
     # First, before the task's modules (torch among them) are imported by unpickling it.
     os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+    os.environ[SLOT_INDEX_ENV] = str(slot_index)  # a vLLM engine's ports (hed.decode.vllm)
     os.setpgid(0, 0)  # lead a process group, so that the node's own helpers are stopped with it
     _exit_with_parent()
     try:

@@ -724,6 +724,25 @@ def _(t: Ctx) -> Expect:
     return Expect(call, ConfigError, ("generation.backend is 'vllm'", "hed[vllm]", "backend: hf"))
 
 
+@case("params-vllm-tensor-parallel")
+def _(t: Ctx) -> Expect:
+    from hed.decode.vllm import VLLMSettings
+
+    return Expect(
+        lambda: VLLMSettings.from_params({"tensor_parallel_size": 2}),
+        ConfigError,
+        ("generation.vllm.tensor_parallel_size: 2", "one engine per GPU"),
+    )
+
+
+@case("vllm-port")
+def _(t: Ctx) -> Expect:
+    from hed.decode.vllm import slot_port
+
+    t.monkeypatch.setenv("VLLM_PORT", "http")
+    return Expect(slot_port, ConfigError, ("VLLM_PORT='http'", "1..65535"))
+
+
 @case("generation-vllm-architecture")
 def _(t: Ctx) -> Expect:
     folder, call = vllm_shard(t, architecture="NotARealModelForCausalLM")

@@ -380,3 +380,41 @@ def test_varied_lengths_record_exactly_and_no_finish_waits_for_the_device(
         lambda worker: worker.model_runner.input_batch.logitsprocs_need_output_token_ids
     )
     assert flags == [False]
+
+
+def test_sink_files_copies_only_once_landed_and_waits_only_in_flush(monkeypatch):
+    """Copies land two queries late; poll never waits, flush waits for the rest."""
+    from hed.decode import vllm_processor
+
+    waits = []
+
+    class Late:
+        def __init__(self):
+            self.queries = 0
+
+        def query(self):
+            self.queries += 1
+            return self.queries > 2
+
+        def synchronize(self):
+            waits.append(self)
+
+    monkeypatch.setattr(vllm_processor, "copy_to_host_async", lambda v: (v.clone(), Late()))
+    sink = vllm_processor.RecordSink(temperature=1.0, top_prob_k=2, flush_every=2)
+    logits = torch.randn(2, 30, generator=torch.Generator().manual_seed(1))
+    for position in range(5):
+        sink.record(logits, np.array([7, -1]), np.array([position, 0]))
+    assert sink.steps_recorded == 5 and sink.steps_filed == 0  # copies of steps 1-2, 3-4 started
+    assert sink.poll() == 0 and sink.poll() == 0  # not landed yet: nothing waited
+    assert sink.poll() == 2  # the older copy landed (third query); the newer one was queried once
+    assert sink.poll() == 2 and sink.poll() == 4  # in order, never out of order
+    assert waits == []
+    sink.record(logits, np.array([7, -1]), np.array([4, 0]))  # position 4 again: the latest wins
+    sink.flush()  # step 5 and 6 copied and waited for
+    assert len(waits) == 1 and sink.steps_filed == 6
+    records = sink.take(7, 5)
+    assert records["entropy"].shape == (5,) and records["topk_token_ids"].shape == (5, 2)
+    sink.record(logits, np.array([7, -1]), np.array([5, 0]))  # a step past its end, discarded
+    sink.flush()
+    with pytest.raises(RuntimeError, match="do not match"):
+        sink.take(7, 1)  # nothing was filed again for a taken request

@@ -13,7 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow
 
 
 def test_device_check_runs_end_to_end_on_cpu(tmp_path):

@@ -348,38 +348,41 @@ class DelayedEvent:
 
 
 def test_varied_lengths_record_exactly_and_no_finish_waits_for_the_device(
-    tiny_engine, vllm_tiny_dir, tokenizer, prompts, monkeypatch
+    vllm_tiny_dir, tokenizer, prompts, monkeypatch
 ):
-    """Per-request max_tokens 3..24: every request finishes on its own step. The sink's copies
+    """Per-request max_tokens 3..21: requests finish on their own steps. The sink's copies
     are made to land two polls late (as a CUDA copy would); no engine step waits for one, the
     sequences still come out during the run, and the records equal a float64 re-score."""
     from hed.decode import vllm_processor
 
-    def delayed_copy(values):
-        return values.clone(), DelayedEvent(tiny_engine)
-
-    monkeypatch.setattr(vllm_processor, "copy_to_host_async", delayed_copy)
-    DelayedEvent.log = []
-    limits = {(p, s): 3 + 7 * p + 4 * s for p in range(3) for s in range(2)}  # 3 .. 21
-    params = SamplingParams(max_new_tokens=24, seed=5)
-    engine = tiny_engine.llm.llm_engine
-    sequences, during_run = [], 0
-    for seq in tiny_engine.run(tokenizer, prompts, 2, params, [2], max_tokens=limits):
-        sequences.append(seq)
-        during_run += engine.has_unfinished_requests()
+    engine = start(vllm_tiny_dir)  # its own: an engine closed earlier in the module tears
+    try:  # down vLLM's process-wide groups that a module-scoped engine would still need
+        # the recording engine told vLLM its processor needs no output token ids per step
+        flags = engine.llm.collective_rpc(
+            lambda worker: worker.model_runner.input_batch.logitsprocs_need_output_token_ids
+        )
+        assert flags == [False]
+        monkeypatch.setattr(
+            vllm_processor, "copy_to_host_async", lambda v: (v.clone(), DelayedEvent(engine))
+        )
+        DelayedEvent.log = []
+        limits = {(p, s): 3 + 7 * p + 4 * s for p in range(3) for s in range(2)}  # 3 .. 21
+        params = SamplingParams(max_new_tokens=24, seed=5)
+        core = engine.llm.llm_engine
+        sequences, during_run = [], 0
+        for seq in engine.run(tokenizer, prompts, 2, params, [2], max_tokens=limits):
+            sequences.append(seq)
+            during_run += core.has_unfinished_requests()
+    finally:
+        engine.close()
     assert sorted((s.prompt_index, s.sample_index) for s in sequences) == sorted(limits)
     for seq in sequences:
         limit = limits[(seq.prompt_index, seq.sample_index)]
         assert seq.n_tokens == limit if seq.finish_reason == "length" else seq.n_tokens <= limit
-    assert {s.n_tokens for s in sequences} == set(limits.values())  # the tiny model never EOSes
+    assert {s.n_tokens for s in sequences} == set(limits.values())  # no EOS with this seed
     assert during_run >= 3  # assembled while other requests still decode
     assert DelayedEvent.log and set(DelayedEvent.log) == {"sync after the last step"}
     assert_exact(sequences, float64_model(vllm_tiny_dir), tokenizer, prompts, params)
-    # the recording engine told vLLM its processor needs no output token ids per step
-    flags = tiny_engine.llm.collective_rpc(
-        lambda worker: worker.model_runner.input_batch.logitsprocs_need_output_token_ids
-    )
-    assert flags == [False]
 
 
 def test_sink_files_copies_only_once_landed_and_waits_only_in_flush(monkeypatch):

@@ -66,16 +66,21 @@ def reference_stats(logits: torch.Tensor, temperature: float, k: int) -> TokenDi
 def _one_pass_formulas(
     logits: torch.Tensor, temperature: float, k: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The reference's formulas without chunks, written for inductor to fuse."""
+    """The reference's formulas without chunks, written for inductor to fuse.
+
+    The two sums accumulate in float64: inductor's CPU reductions add each vector lane's
+    ~V/16 terms in sequence, which in float32 put ``log Z`` 1e-5 nats off at V = 151,936
+    (the reference's pairwise sums: 1e-6).
+    """
     scaled = logits.float() / temperature  # (B, V)
     row_max = scaled.amax(dim=-1, keepdim=True)  # (B, 1)
     shifted = scaled - row_max
     weights = shifted.exp()
-    total = weights.sum(dim=-1)  # (B,)
-    weighted = torch.where(weights > 0, weights * shifted, 0.0).sum(dim=-1)  # Σ e·(x - m)
+    total = weights.sum(dim=-1, dtype=torch.float64)  # (B,)
+    weighted = torch.where(weights > 0, weights * shifted, 0.0).sum(dim=-1, dtype=torch.float64)
     log_total = total.log()
-    entropy = log_total - weighted / total
-    log_z = row_max.squeeze(-1) + log_total
+    entropy = (log_total - weighted / total).float()
+    log_z = row_max.squeeze(-1) + log_total.float()
     top_values, top_ids = scaled.topk(k, dim=-1)
     return entropy, log_z, (top_values - log_z.unsqueeze(-1)).exp(), top_ids
 

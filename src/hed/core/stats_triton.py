@@ -6,7 +6,8 @@ entries and keeps, in registers,
 
 * ``m``, the running max of ``x = z / T``; ``S = Σ exp(x - m)``; ``W = Σ exp(x - m)·(x - m)``,
   rescaled by ``α = exp(m_old - m_new)`` when the max grows (the online-softmax recurrence of
-  Milakov & Gimelshein 2018, extended to ``W``: ``W ← α·(W + (m_old - m_new)·S)``);
+  Milakov & Gimelshein 2018, extended to ``W``: ``W ← α·(W + (m_old - m_new)·S)``); each
+  block's sums are float32 trees, ``S`` and ``W`` accumulate them in float64;
 * the running top-k as packed int64 keys ``(order-preserving bits of x) · 2^32 + (2^32-1-id)``,
   so one integer ``max`` gives the largest value and, among equal values, the lowest id.
 
@@ -61,8 +62,8 @@ def _row_stats_kernel(  # noqa: PLR0917 - a kernel's arguments are positional
     slots = tl.arange(0, K_PAD)
     neg_inf = float("-inf")
     m = tl.full((), neg_inf, tl.float32)
-    s = tl.full((), 0.0, tl.float32)
-    w = tl.full((), 0.0, tl.float32)
+    s = tl.full((), 0.0, tl.float64)  # the running sums across blocks in float64: 37 blocks
+    w = tl.full((), 0.0, tl.float64)  # at V = 151,936, each block's own sum a float32 tree
     n_nan = tl.full((), 0, tl.int32)
     # slots >= K are never the minimum, so they are never filled
     empty = tl.full((), _EMPTY, tl.int64)  # below every packed key
@@ -81,8 +82,9 @@ def _row_stats_kernel(  # noqa: PLR0917 - a kernel's arguments are positional
         d = x - m_safe
         e = tl.exp(d)
         ed = tl.where(e > 0, e * d, 0.0)
-        w = alpha * (w + shift * s) + tl.sum(ed, axis=0)
-        s = alpha * s + tl.sum(e, axis=0)
+        alpha64 = alpha.to(tl.float64)
+        w = alpha64 * (w + shift.to(tl.float64) * s) + tl.sum(ed, axis=0).to(tl.float64)
+        s = alpha64 * s + tl.sum(e, axis=0).to(tl.float64)
         m = m_new
         keys = tl.where(valid, _packed_keys(x, ids), empty)
         if tl.max(keys, axis=0) > tl.min(top, axis=0):  # this block changes the top-k
@@ -92,9 +94,9 @@ def _row_stats_kernel(  # noqa: PLR0917 - a kernel's arguments are positional
                 slot = tl.argmin(top, axis=0)
                 top = tl.where((slots == slot) & (best > low), best, top)
                 keys = tl.where(keys == best, empty, keys)
-    log_s = tl.log(s)
-    log_z = m + log_s
-    entropy = log_s - w / s
+    log_s64 = tl.log(s)
+    log_z = m + log_s64.to(tl.float32)
+    entropy = (log_s64 - w / s).to(tl.float32)
     undefined = (n_nan > 0) | (m == float("inf"))
     nan = float("nan")
     tl.store(entropy_ptr + row, tl.where(undefined, nan, entropy))

@@ -100,6 +100,11 @@ def parse_args() -> argparse.Namespace:
         "--memory-steps", type=int, default=None, help="default: 4096 on CUDA, 512 on CPU"
     )
     parser.add_argument("--memory-vocab", type=int, default=151_936)
+    parser.add_argument(
+        "--stats-kernel",
+        default="auto",
+        help="generation.stats_kernel of HED's recorder: auto, reference, triton or compiled",
+    )
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument(
@@ -186,6 +191,7 @@ def run_hed(model, tokenizer, prompts, args) -> tuple[Stopwatch, int]:
         top_prob_k=args.top_prob_k,
         seed=args.seed,
         batch_size=len(prompts),
+        stats_kernel=args.stats_kernel,
     )
     with Stopwatch(args.device) as watch:
         records = list(generate_sequences(model, tokenizer, prompts, 1, params, eos_token_ids=[]))
@@ -200,7 +206,7 @@ def bench_speed(args) -> None:
     print(
         f"speed: {model_dir} on {args.device} ({model.dtype}), batch {args.batch_size} x "
         f"{args.new_tokens} new tokens, T={args.temperature}, top_k off, top_p 1.0, "
-        f"{torch.get_num_threads()} CPU threads"
+        f"{torch.get_num_threads()} CPU threads, stats_kernel {args.stats_kernel}"
     )
     run_plain(model, tokenizer, prompts, args)  # warm-up
     run_hed(model, tokenizer, prompts, args)

@@ -47,6 +47,7 @@ def test_device_check_runs_end_to_end_on_cpu(tmp_path):
     assert figures["c_fused_route"] in {"compiled", "reference"}
     assert figures["c_fused_entropy_max_abs_diff"] <= 1e-5
     assert figures["c_fused_log_z_max_abs_diff"] <= 1e-5
+    assert figures["c_fused_within_1e-5"] is True
     assert figures["c_fused_topk_ids_equal"] is True
     assert figures["c_decode_step_ms"] > 0
     # (d) the generation pipeline on GPURunner; records exact against float64
@@ -54,3 +55,4 @@ def test_device_check_runs_end_to_end_on_cpu(tmp_path):
     assert figures["d_log_says"] == "CPU worker 0"
     assert 8 <= figures["d_records"] <= 4 * 2 * 16  # 8 responses of 1..16 tokens
     assert figures["d_records_within_1e-4"] is True
+    assert figures["all_pass"] is True

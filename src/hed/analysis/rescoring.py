@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from hed.config.params import positive_int
-from hed.decode.teacher_forced import CONSISTENCY_TOLERANCE_NATS, ResponseToScore
+from hed.core.validators import positive_int
+from hed.decode.types import CONSISTENCY_TOLERANCE_NATS, ResponseToScore
 from hed.errors import ConfigError, HEDError
 from hed.records.schema import RECORD_KEY, RESCORED_RECORD_SCHEMA
 

@@ -232,9 +232,7 @@ def rescore_shard(
         CheckpointError: the checkpoint cannot be loaded or has an unsupported head.
         InputDataError: a token id outside the checkpoint's vocabulary.
     """
-    import torch
-
-    from hed.decode.hf import checkpoint_eos_token_ids, load_model_and_tokenizer
+    from hed.decode.backend import open_backend
     from hed.decode.prompts import render_prompt
     from hed.decode.teacher_forced import score_responses
 
@@ -246,30 +244,26 @@ def rescore_shard(
         )
     temperature = params["temperature"] or generation.get("temperature", 1.0)
     top_prob_k = int(params["top_prob_k"] or generation.get("top_prob_k", 5))
-    if params["torch_threads"]:
-        torch.set_num_threads(int(params["torch_threads"]))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_model_and_tokenizer(
-        entry["model_dir"], dtype=params["dtype"], device=device
-    )
-    special_ids = np.array(
-        sorted(set(tokenizer.all_special_ids) | set(checkpoint_eos_token_ids(model, tokenizer))),
-        dtype=np.int32,
-    )
-    table = reference_responses.to_table()
-    mine = shard_rows(table, shard, num_shards)
-    items, special = items_to_score(mine, tokenizer, prompt_params, special_ids, render_prompt)
-    scored = list(
-        score_responses(
-            model,
-            items,
-            temperature=float(temperature),
-            top_prob_k=top_prob_k,
-            batch_size=params["batch_size"],
-            chunk_positions=params["chunk_positions"],
-            pad_token_id=int(tokenizer.pad_token_id or 0),
+    with open_backend(
+        "hf", entry["model_dir"], dtype=params["dtype"], torch_threads=params["torch_threads"]
+    ) as backend:
+        table = reference_responses.to_table()
+        mine = shard_rows(table, shard, num_shards)
+        items, special = items_to_score(
+            mine, backend.tokenizer, prompt_params, backend.special_ids, render_prompt
         )
-    )
+        scored = list(
+            score_responses(
+                backend.model,
+                items,
+                temperature=float(temperature),
+                top_prob_k=top_prob_k,
+                batch_size=params["batch_size"],
+                chunk_positions=params["chunk_positions"],
+                pad_token_id=int(backend.tokenizer.pad_token_id or 0),
+            )
+        )
+    device = backend.device
     metadata = {
         "run": run,
         "step": int(step),

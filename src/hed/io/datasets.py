@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -35,16 +32,17 @@ from kedro.io.core import (
 
 from hed.errors import InputDataError, one_line
 from hed.io.publishing import publish, published_manifests
-from hed.records.parquet_files import TableLike, write_parquet_atomically
 from hed.records.atomic_io import (
     LOCAL_PROTOCOLS,
-    atomic_path,
     filesystem_of,
     is_remote,
     split_url,
     upload_atomically,
     url_of,
-    write_error,
+)
+from hed.records.parquet_files import (  # noqa: F401 - re-exported (tests, notebooks)
+    TableLike,
+    write_parquet_atomically,
 )
 
 logger = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ log line) parts bound to other parameters or another checkpoint.
 :meth:`ShardParts.write_through` passes the sequences of any iterator on (a backend's
 ``generate``, :class:`hed.decode.backend.DecodingBackend`) and writes them, a part per
 ``every`` sequences and at the end. The versioned shard files are written by the catalog
-only from the complete list, so a partial shard is never taken for a complete one; :class:`hed.hooks.ShardPartsHooks` removes the area
-once both shard files are saved.
+only from the complete list, so a partial shard is never taken for a complete one;
+:class:`hed.hooks.ShardPartsHooks` removes the area once both shard files are saved.
 
 Sequences are any objects with the attributes of :class:`hed.records.sequence.GeneratedSequence`
 (:data:`PART_FIELDS`); they come back as ``GeneratedSequence``. Values round-trip exactly

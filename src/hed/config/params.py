@@ -1,8 +1,8 @@
 """HED's typed parameter sections: each section parsed once into a frozen dataclass.
 
-The pre-run check (:func:`hed.config.preflight.check_parameters`, before the first node)
+The pre-run check (:func:`hed.config.preflight.parsed_sections`, before the first node)
 parses every section the pipeline reads with the functions here and hands the typed objects
-to the nodes (:func:`hed.config.preflight.typed_parameters`): a node receives
+to the nodes (:func:`hed.config.preflight.hand_to_nodes`): a node receives
 :class:`GenerationParams` for ``params:generation`` and reads its attributes, never the raw
 dict's keys. A node called with a plain dict (a test, a notebook) parses it with the same
 function (``GenerationParams.of``), so both paths apply the same rules.
@@ -274,12 +274,31 @@ def fig2_measure_param(reporting: Mapping[str, Any]) -> str:
     return str(measure)
 
 
+def generation_mapping(generation: Any) -> Mapping[str, Any]:
+    """``params:generation`` as configured: the parsed section's ``raw``, or the dict itself.
+
+    For the comparisons of recorded shard metadata with the configuration
+    (:mod:`hed.records.shard_metadata`), which compare configured values key by key.
+
+    Raises:
+        ConfigError: not a mapping.
+    """
+    if isinstance(generation, GenerationParams):
+        return generation.raw
+    return section(generation, "generation")
+
+
 def shard_config(generation: Any) -> tuple[int, int]:
     """``(generation.num_shards, generation.samples_per_prompt)``, both positive integers.
+
+    Args:
+        generation: the parsed section (:class:`GenerationParams`) or the raw mapping.
 
     Raises:
         ConfigError: either is missing, not an integer (a bool is not one) or below 1.
     """
+    if isinstance(generation, GenerationParams):
+        return generation.num_shards, generation.samples_per_prompt
     generation = section(generation, "generation")
     return (
         positive_int(generation.get("num_shards"), "generation.num_shards"),
@@ -316,6 +335,7 @@ __all__ = [
     "fig2_measure_param",
     "fig3_steps_param",
     "generation_backend",
+    "generation_mapping",
     "generation_params",
     "integer",
     "is_integer",

@@ -44,7 +44,12 @@ from hed.analysis.step_merge import (
 )
 from hed.analysis.step_summary import step_summary
 from hed.analysis.word_mass import category_probability_mass, token_probability_mass
-from hed.config.params import chunk_records_param, shard_config
+from hed.config.params import (
+    GenerationParams,
+    chunk_records_param,
+    generation_mapping,
+    shard_config,
+)
 from hed.config.params import section as parameter_section
 from hed.core.lexicon import Lexicon, parse_lexicon
 from hed.core.thresholds import EntropyThreshold, compute_threshold, validate_top_entropy_frac
@@ -61,7 +66,7 @@ logger = logging.getLogger(__name__)
 
 def check_sequences(
     prompts: pd.DataFrame,
-    generation: dict[str, Any],
+    generation: GenerationParams | dict[str, Any],
     prompt_params: dict[str, Any],
     checkpoints: dict[str, Any],
     *shard_sequences: ds.Dataset,
@@ -86,7 +91,9 @@ def check_sequences(
         ConfigError: ``num_shards`` or ``samples_per_prompt`` is not a positive integer.
     """
     num_shards, samples = shard_config(generation)
-    current = CurrentGeneration(generation, prompt_params, checkpoints, prompts)
+    current = CurrentGeneration(
+        dict(generation_mapping(generation)), prompt_params, checkpoints, prompts
+    )
     return checked_responses(
         shard_sequences, current, num_shards=num_shards, samples=samples, run=run, step=step
     )
@@ -95,7 +102,7 @@ def check_sequences(
 def check_token_records(
     sequences: pd.DataFrame,
     prompts: pd.DataFrame,
-    generation: dict[str, Any],
+    generation: GenerationParams | dict[str, Any],
     prompt_params: dict[str, Any],
     checkpoints: dict[str, Any],
     *shard_records: ds.Dataset,
@@ -111,7 +118,9 @@ def check_token_records(
         InputDataError: see :func:`hed.records.shard_checks.shard_report`.
     """
     num_shards, _ = shard_config(generation)
-    current = CurrentGeneration(generation, prompt_params, checkpoints, prompts)
+    current = CurrentGeneration(
+        dict(generation_mapping(generation)), prompt_params, checkpoints, prompts
+    )
     return shard_report(
         sequences, shard_records, current, num_shards=num_shards, run=run, step=step
     )

@@ -114,7 +114,7 @@ def _warn_unparsed_references(answers: list[str | None], rows: np.ndarray, sourc
 
 def resolve_checkpoints(
     runs: dict[str, Any],
-    generation: dict[str, Any],
+    generation: GenerationParams | dict[str, Any],
     training_manifest: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Find and validate the model folder of every selected (run, step), before any generation.
@@ -124,7 +124,7 @@ def resolve_checkpoints(
 
     Args:
         runs: ``params:runs``.
-        generation: ``params:generation`` (for ``num_shards``).
+        generation: ``params:generation``, parsed or raw (for ``num_shards``).
         training_manifest: ``mini_rl_manifest`` in the ``mini_dapo`` environment; unused, it
             only orders this node after the training that writes the checkpoints.
 

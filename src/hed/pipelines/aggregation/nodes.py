@@ -47,6 +47,7 @@ from hed.analysis.word_mass import category_probability_mass, token_probability_
 from hed.config.params import (
     GenerationParams,
     chunk_records_param,
+    default,
     generation_mapping,
     shard_config,
 )
@@ -149,7 +150,9 @@ def compute_entropy_threshold(
         InputDataError: a non-finite or null entropy, or no non-special token.
         ConfigError: ``top_entropy_frac`` outside (0, 1].
     """
-    rho = parameter_section(aggregation, "aggregation").get("top_entropy_frac", 0.2)
+    rho = parameter_section(aggregation, "aggregation").get(
+        "top_entropy_frac", default("aggregation", "top_entropy_frac")
+    )
     validate_top_entropy_frac(rho)
     n_records = int(shard_report["n_records"].sum())
     entropy = non_special_entropies(shard_records, n_records, run=run, step=step)

@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 
 from hed.config.layout import layout_from_params
-from hed.config.params import GenerationParams, integer, sampling_params
+from hed.config.params import GenerationParams, default, integer, sampling_params
 from hed.core.grading import grade_response, normalise_reference, reference_parses
 from hed.decode.checkpoints import checkpoint_fingerprint, model_dir_for_step
 from hed.decode.embedded import ensure_embedded_checkpoint
@@ -59,13 +59,15 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
             f"prompts.prompt_columns must be a list of column names (e.g. [problem, question]), "
             f"got {columns!r}"
         )
-    seed = integer(params.get("seed", 0), "prompts.seed")
+    seed = integer(params.get("seed", default("prompts", "seed")), "prompts.seed")
     column = pick_prompt_column(raw_prompts, list(columns), source)
     suffix = params.get("instruction_suffix") or ""
     all_texts = raw_prompts[column].astype("string")
     ids = [None if pd.isna(t) or not str(t).strip() else prompt_id(str(t) + suffix)
            for t in all_texts]  # fmt: skip
-    kept = unique_prompt_rows(ids, params.get("duplicates", "drop"), source, raw_prompts)
+    kept = unique_prompt_rows(
+        ids, params.get("duplicates", default("prompts", "duplicates")), source, raw_prompts
+    )
     rows = kept[sample_rows(len(kept), params.get("num_prompts"), seed, source)]
     chosen = raw_prompts.iloc[rows]
     texts = chosen[column].astype("string")

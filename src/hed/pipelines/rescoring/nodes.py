@@ -35,7 +35,7 @@ from hed.analysis.rescoring import (
     shard_dtype,
     shard_rows,
 )
-from hed.config.params import GenerationParams
+from hed.config.params import GenerationParams, default
 from hed.decode.teacher_forced import compare_scores
 from hed.errors import ConfigError, InputDataError
 from hed.records.schema import RECORD_KEY, REFERENCE_RESPONSE_SCHEMA
@@ -426,7 +426,7 @@ def tabulate_entropy_overlap(
 
     ρ is ``aggregation.top_entropy_frac`` (the high-entropy fraction of the whole study).
     """
-    rho = (aggregation or {}).get("top_entropy_frac", 0.2)
+    rho = (aggregation or {}).get("top_entropy_frac", default("aggregation", "top_entropy_frac"))
     parts = [entropy_overlap(run, steps, rho) for run, steps in rescored_entropies.items()]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=OVERLAP_COLUMNS)
 

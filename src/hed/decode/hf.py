@@ -1,4 +1,6 @@
-"""Exact decode-time token records with transformers ``generate`` (docs/datasets.md).
+"""The ``hf`` backend: exact decode-time token records with transformers ``generate``
+(docs/datasets.md). :class:`HFBackend` implements :class:`hed.decode.backend.DecodingBackend`
+over :func:`generate_sequences`; the processors are in :mod:`hed.decode.hf_processors`.
 
 At every decode step ``generate`` hands the float32 raw logits ``z`` (B, V) to its logits
 processors, in list order, then takes ``argmax`` of what the last one returns (HED runs it
@@ -55,9 +57,7 @@ from typing import Any
 import numpy as np
 import torch
 import transformers
-from transformers import (
-    GenerationConfig,
-)
+from transformers import GenerationConfig
 
 from hed.core.entropy import NonFiniteLogitsError
 from hed.core.token_text import token_texts_batch

@@ -47,6 +47,7 @@ from hed.records.parquet_files import (  # noqa: F401 - re-exported (tests, note
 
 logger = logging.getLogger(__name__)
 
+
 class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
     """Versioned Parquet dataset for large record tables (token records, merged records).
 

@@ -228,6 +228,16 @@ SECTIONS: dict[str, dict[str, Any]] = {
         "consistency_tolerance": 1.0e-4,
     },
     "rescoring.reference": {"source": "generated", "run": None, "step": None},
+    "analyses": {
+        "reference_run": None,
+        "mismatch": {},
+        "trainer_entropy": {},
+        "delta_logprob": {},
+        "dpi": 200,
+    },
+    "analyses.mismatch": {"dtype": "bfloat16", "ratio_bounds": [0.5, 2.0]},
+    "analyses.trainer_entropy": {"metric_key": "actor/entropy", "tolerance_nats": 0.05},
+    "analyses.delta_logprob": {"top_n": 20, "min_count": 2},
     "mini_rl": {
         "base_model": {},
         "wandb": {},
@@ -246,7 +256,7 @@ SECTIONS: dict[str, dict[str, Any]] = {
 
 #: The top-level parameter names HED reads (the keys of ``conf/<env>/parameters*.yml``).
 TOP_LEVEL = ("runs", "prompts", "generation", "aggregation", "metrics", "reporting", "publish",
-             "mini_rl", "dynamics", "rescoring")  # fmt: skip
+             "mini_rl", "dynamics", "rescoring", "analyses")  # fmt: skip
 
 #: ``prompts.duplicates``: what :func:`hed.decode.prompts.drop_duplicate_prompts` does.
 DUPLICATE_POLICIES = ("drop", "keep")

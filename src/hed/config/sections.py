@@ -100,6 +100,16 @@ SECTIONS: dict[str, dict[str, Any]] = {
     "dynamics.figures": {"panel_size": [3.2, 2.2], "dpi": 200},
     "rescoring": {**RESCORING_DEFAULTS, "reference": {}},
     "rescoring.reference": RESCORING_DEFAULTS["reference"],
+    "analyses": {
+        "reference_run": None,
+        "mismatch": {},
+        "trainer_entropy": {},
+        "delta_logprob": {},
+        "dpi": 200,
+    },
+    "analyses.mismatch": {"dtype": "bfloat16", "ratio_bounds": [0.5, 2.0]},
+    "analyses.trainer_entropy": {"metric_key": "actor/entropy", "tolerance_nats": 0.05},
+    "analyses.delta_logprob": {"top_n": 20, "min_count": 2},
     "mini_rl": {
         "base_model": {},
         "wandb": {},
@@ -118,7 +128,7 @@ SECTIONS: dict[str, dict[str, Any]] = {
 
 #: The top-level parameter names HED reads (the keys of ``conf/<env>/parameters*.yml``).
 TOP_LEVEL = ("runs", "prompts", "generation", "aggregation", "metrics", "reporting", "publish",
-             "mini_rl", "dynamics", "rescoring")  # fmt: skip
+             "mini_rl", "dynamics", "rescoring", "analyses")  # fmt: skip
 
 
 def _schema_for(path: str) -> dict[str, Any] | None:

@@ -1810,7 +1810,7 @@ def _(t: Ctx) -> Expect:
         (
             "--pipelines generaton",
             "did you mean generation?",
-            "aggregation, dynamics, generation, metrics",
+            "aggregation, analyses, dynamics, generation, metrics",
         ),
     )
 

@@ -36,26 +36,12 @@ from collections.abc import Callable
 import torch
 
 from hed.core.entropy import TokenDistributionStats, token_distribution_stats
+from hed.core.validators import STATS_KERNELS, check_stats_kernel
 from hed.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-STATS_KERNELS = ("auto", "reference", "triton", "compiled")
-
 StatsFunction = Callable[[torch.Tensor, float, int], TokenDistributionStats]
-
-
-def check_stats_kernel(name: str) -> str:
-    """Return ``name`` when it is one of :data:`STATS_KERNELS`.
-
-    Raises:
-        ConfigError: any other value, in one line naming the setting and the choices.
-    """
-    if name not in STATS_KERNELS:
-        raise ConfigError(
-            f"generation.stats_kernel must be one of {', '.join(STATS_KERNELS)}, got {name!r}"
-        )
-    return name
 
 
 def reference_stats(logits: torch.Tensor, temperature: float, k: int) -> TokenDistributionStats:

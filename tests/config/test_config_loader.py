@@ -14,7 +14,7 @@ from kedro.framework.session import KedroSession
 from hed.config.loader import HEDConfigLoader, merge_parameters
 from hed.config.params import aggregation_params
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_merge_parameters_key_by_key_and_names_whole() -> None:

@@ -43,7 +43,7 @@ d. **kedro run**: ``kedro run --pipelines generation --runner hed.runners.GPURun
    teacher-forced re-score within 1e-4 nats (float32 generation).
 
 ``--device cpu`` runs every phase on tiny shapes (the test suite does this:
-``tests/bench/test_device_check.py``).
+``tests/test_device_check.py``).
 """
 
 from __future__ import annotations

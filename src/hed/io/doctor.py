@@ -384,7 +384,8 @@ def main(argv: Sequence[str] = ()) -> int:
     """``python -m hed doctor [--env ENV] [--ray-address ADDR]``: print the lines, return 0/1."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m hed doctor", description=__doc__.split("\n")[0])
+    summary = (__doc__ or "").split("\n")[0]
+    parser = argparse.ArgumentParser(prog="python -m hed doctor", description=summary)
     parser.add_argument("--env", default=os.environ.get("KEDRO_ENV"),
                         help="configuration environment (default: KEDRO_ENV, else base/local)")
     parser.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS"),

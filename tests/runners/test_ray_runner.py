@@ -15,7 +15,8 @@ from kedro.pipeline import Node, Pipeline
 from kedro_datasets.json import JSONDataset
 
 from hed.errors import ConfigError
-from hed.runners.gpu import FailedNodesError, RayRunner
+from hed.runners.executor import FailedNodesError
+from hed.runners.ray import RayRunner
 from tests import runner_nodes
 from tests.project_copy import (
     MERGED_FOLDER,
@@ -26,7 +27,7 @@ from tests.project_copy import (
     versions,
 )
 from tests.ray_cluster import local_cluster
-from tests.test_runners import sleeping
+from tests.runners.test_runners import sleeping
 
 
 def json_catalog(folder: Path, names: list[str]) -> DataCatalog:

@@ -15,7 +15,7 @@ import pytest
 from hed.io import doctor
 from hed.io.doctor import GIB, GPU, Facts, check
 
-from .conftest import REPO_ROOT
+from ..conftest import REPO_ROOT
 
 H100 = GPU("NVIDIA H100 80GB HBM3", 85_031_714_816, bf16=True)
 V100 = GPU("Tesla V100-SXM2-32GB", 34_079_637_504, bf16=False)

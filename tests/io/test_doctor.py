@@ -218,3 +218,18 @@ def test_help_names_the_options(flag, capsys):
         doctor.main([flag])
     assert exit_info.value.code == 0
     assert "--ray-address" in capsys.readouterr().out
+
+
+def test_kedro_hed_doctor_is_the_same_check(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from hed.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KEDRO_ENV", "")
+    assert "--ray-address RAY_ADDRESS" in CliRunner().invoke(cli, ["hed", "doctor", "--help"]).output
+    monkeypatch.setattr(doctor, "gather_facts", lambda *a: GPU_NODE)
+    monkeypatch.setattr(doctor, "_environment_needs", lambda *a: ("vllm", True))
+    result = CliRunner().invoke(cli, ["hed", "doctor", "--env", "qae"])
+    assert result.exit_code == 0
+    assert result.output.splitlines()[1:3] == ["✓ Python 3.11.9", "✓ torch 2.13.0 (CUDA 13.0)"]

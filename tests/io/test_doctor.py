@@ -227,7 +227,8 @@ def test_kedro_hed_doctor_is_the_same_check(monkeypatch, tmp_path):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KEDRO_ENV", "")
-    assert "--ray-address RAY_ADDRESS" in CliRunner().invoke(cli, ["hed", "doctor", "--help"]).output
+    help_text = CliRunner().invoke(cli, ["hed", "doctor", "--help"]).output
+    assert "--ray-address RAY_ADDRESS" in help_text
     monkeypatch.setattr(doctor, "gather_facts", lambda *a: GPU_NODE)
     monkeypatch.setattr(doctor, "_environment_needs", lambda *a: ("vllm", True))
     result = CliRunner().invoke(cli, ["hed", "doctor", "--env", "qae"])

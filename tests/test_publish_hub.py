@@ -17,7 +17,7 @@ import pytest
 from huggingface_hub import CommitOperationAdd, HfApi
 
 from hed.config.publish import HubPublishParams, publish_params
-from hed.errors import ConfigError, HEDError, InputDataError, OutputWriteError
+from hed.errors import ConfigError, CredentialsError, HEDError, InputDataError, OutputWriteError
 from hed.io.hub_publish import MANIFEST_NAME, publish_to_hub
 from hed.io.study_bundle import plan_bundle
 
@@ -203,7 +203,7 @@ def test_no_token_is_one_line_naming_the_login(demo_study, monkeypatch, tmp_path
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))  # no stored login
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(CredentialsError) as info:
         publish_to_hub(_bundle(demo_study), HubPublishParams(enabled=True, repo_id=REPO))
     assert "hf auth login" in _one_line(info) and "HF_TOKEN" in str(info.value)
 

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from hed.config.publish import WandbPublishParams
-from hed.errors import ConfigError, HEDError, InputDataError
+from hed.errors import CredentialsError, HEDError, InputDataError
 from hed.io import wandb_publish
 from hed.io.study_bundle import check_bundle_files, plan_bundle
 from hed.io.wandb_publish import ARTIFACT_TYPE, MANIFEST_NAME, log_study
@@ -177,9 +177,9 @@ def test_online_without_a_key_stops_before_a_run_opens(demo_study, offline_env, 
     monkeypatch.setenv("WANDB_MODE", "online")
     monkeypatch.setenv("NETRC", str(offline_env / "no_netrc"))
     settings = WandbPublishParams(enabled=True, project=PROJECT, dir=str(offline_env / "runs"))
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(CredentialsError) as info:
         log_study(_bundle(demo_study), settings)
-    assert "no W&B API key" in _one_line(info) and "wandb login" in str(info.value)
+    assert "no W&B API key to publish" in _one_line(info) and "wandb login" in str(info.value)
     assert not (offline_env / "runs").exists()
 
 
@@ -209,7 +209,7 @@ def test_a_refused_key_stops_before_a_run_opens(demo_study, offline_env, monkeyp
     monkeypatch.setattr(wandb, "login", refuse)
     settings = WandbPublishParams(enabled=True, project=PROJECT, mode="online",
                                   dir=str(offline_env / "runs"))  # fmt: skip
-    with pytest.raises(InputDataError) as info:
+    with pytest.raises(CredentialsError) as info:
         log_study(_bundle(demo_study), settings)
     assert "refused the API key (API key must be 40 characters" in _one_line(info)
     assert not (offline_env / "runs").exists()

@@ -23,7 +23,13 @@ import logging
 from typing import Any
 
 from hed.config.publish import HubPublishParams
-from hed.errors import ConfigError, HEDError, InputDataError, OutputWriteError, one_line
+from hed.errors import (
+    CredentialsError,
+    HEDError,
+    InputDataError,
+    OutputWriteError,
+    one_line,
+)
 from hed.io.study_bundle import StudyBundle, bundle_manifest, check_bundle_files
 
 logger = logging.getLogger(__name__)
@@ -36,13 +42,13 @@ def hub_token() -> str:
     """The Hugging Face token, as huggingface_hub finds it (``HF_TOKEN``, then the stored login).
 
     Raises:
-        ConfigError: no token anywhere (the message says how to log in).
+        CredentialsError: no token anywhere (the message says how to log in).
     """
     from huggingface_hub import get_token
 
     token = get_token()
     if not token:
-        raise ConfigError(
+        raise CredentialsError(
             "no Hugging Face token for publish.hub: run `hf auth login` (or `huggingface-cli "
             "login`) or set HF_TOKEN; nothing was uploaded"
         )
@@ -142,7 +148,7 @@ def publish_to_hub(
         number of files committed, ``hed_publication.json`` included).
 
     Raises:
-        ConfigError: no token.
+        CredentialsError: no token.
         InputDataError: no network, token refused, repo absent (``create_repo: false``), a
             file missing — all before anything is uploaded.
         OutputWriteError: the commit failed; the Hub then holds no commit of this publish.
@@ -150,7 +156,7 @@ def publish_to_hub(
     from huggingface_hub import HfApi
 
     if settings.repo_id is None:
-        raise ConfigError("publish.hub.repo_id is not set (parameters_publish.yml)")
+        raise InputDataError("publish.hub.repo_id is not set (parameters_publish.yml)")
     api = api or HfApi(token=hub_token())
     folder = folder_in_repo(bundle, settings)
     operations = commit_operations(bundle, folder)

@@ -34,7 +34,14 @@ from typing import Any
 import pandas as pd
 
 from hed.config.publish import WandbPublishParams
-from hed.errors import ConfigError, HEDError, InputDataError, OutputWriteError, one_line
+from hed.errors import (
+    ConfigError,
+    CredentialsError,
+    HEDError,
+    InputDataError,
+    OutputWriteError,
+    one_line,
+)
 from hed.io.study_bundle import StudyBundle, bundle_manifest, check_bundle_files
 
 logger = logging.getLogger(__name__)
@@ -55,13 +62,13 @@ def run_mode(settings: WandbPublishParams) -> str:
     """``online`` or ``offline``: ``publish.wandb.mode``, else ``WANDB_MODE``, else online.
 
     Raises:
-        ConfigError: ``WANDB_MODE`` holds another value (``disabled`` would publish nothing).
+        InputDataError: ``WANDB_MODE`` holds another value (``disabled`` would publish nothing).
     """
     mode = settings.mode or os.environ.get("WANDB_MODE") or "online"
     if mode == "dryrun":  # wandb's old spelling of offline
         mode = "offline"
     if mode not in ("online", "offline"):
-        raise ConfigError(
+        raise InputDataError(
             f"WANDB_MODE={mode!r}: publishing to W&B needs online or offline "
             "(or set publish.wandb.mode)"
         )
@@ -75,15 +82,19 @@ def check_wandb_login(base_url: str | None = None) -> str:
         The server's URL.
 
     Raises:
-        ConfigError: no key anywhere (the message says where to put one).
-        InputDataError: the server cannot be reached, or refuses the key.
+        CredentialsError: no key anywhere (the message says where to put one), or the server
+            refuses it.
+        InputDataError: the server cannot be reached.
     """
     import wandb
 
     from hed.pass1.sources import check_reachable, resolve_wandb_api_key, wandb_base_url
 
     server = (base_url or wandb_base_url()).rstrip("/")
-    key = resolve_wandb_api_key(base_url=server)
+    try:
+        key = resolve_wandb_api_key(base_url=server)
+    except ConfigError as exc:  # found as for pass@1; raised from a dataset's save here
+        raise CredentialsError(str(exc).replace("for the wandb source", "to publish")) from None
     try:
         check_reachable(server)
     except InputDataError as exc:  # its hint names the pass@1 sources; say how to publish
@@ -95,12 +106,12 @@ def check_wandb_login(base_url: str | None = None) -> str:
     try:
         ok = wandb.login(key=key, host=server, verify=True, relogin=True, prompt=False)
     except Exception as exc:  # wandb raises AuthenticationError, UsageError, CommError...
-        raise InputDataError(
+        raise CredentialsError(
             f"W&B at {server} refused the API key ({one_line(exc, limit=200)}): run `wandb "
             "login --relogin` or fix WANDB_API_KEY; nothing was uploaded"
         ) from None
     if ok is False:
-        raise InputDataError(f"W&B at {server} refused the API key: run `wandb login --relogin`")
+        raise CredentialsError(f"W&B at {server} refused the API key: run `wandb login --relogin`")
     return server
 
 
@@ -169,9 +180,9 @@ def log_study(
         offline, where ``run_dir`` is what ``wandb sync`` takes.
 
     Raises:
-        ConfigError: no key, or a ``WANDB_MODE`` other than online/offline.
-        InputDataError: a file of the bundle is missing, W&B cannot be reached or refuses the
-            key (all before anything is logged).
+        CredentialsError: no key, or W&B refuses it (before the run opens).
+        InputDataError: a ``WANDB_MODE`` other than online/offline, a file of the bundle is
+            missing, W&B cannot be reached (all before the run opens).
         OutputWriteError: logging failed half-way (the run is marked failed; no artifact).
     """
     import wandb

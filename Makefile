@@ -31,7 +31,7 @@ install: $(BIN)/.installed
 run: install
 	$(BIN)/kedro run
 
-# Debian's chromium: tests/test_token_report.py renders the token report in it (headless,
+# Debian's chromium: tests/report/test_token_report.py renders the token report in it (headless,
 # driven by Playwright with executable_path; no browser download). Only the tests need it.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \

@@ -166,7 +166,8 @@ _ANNOUNCED = {
 
 
 class ProvenanceHooks:
-    """Fill ``run_context`` for the nodes that take it (:mod:`hed.io.provenance` says what it holds).
+    """Fill ``run_context`` for the nodes that take it (:mod:`hed.io.provenance` says what it
+    holds).
 
     Stateless: what it records goes into the run's catalog, never onto the instance.
     """

@@ -1,5 +1,6 @@
 """The rescoring pipeline's library: its parameters, the reference-set plan, the shard split
-and the re-scored tables (docs/rescoring.md). The scoring itself is :mod:`hed.decode.teacher_forced`."""
+and the re-scored tables (docs/rescoring.md). The scoring itself is
+:mod:`hed.decode.teacher_forced`."""
 
 from __future__ import annotations
 
@@ -196,7 +197,8 @@ def items_to_score(table: pa.Table, tokenizer, prompt_params, special_ids, rende
 def rescored_table(
     scored: Sequence[Any], special: Sequence[np.ndarray], *, run: str, step: int, shard: int, k: int
 ) -> pa.Table:
-    """Assemble :class:`~hed.decode.teacher_forced.ScoredResponse` lists into a RESCORED_RECORD_SCHEMA table."""
+    """Assemble :class:`~hed.decode.teacher_forced.ScoredResponse` lists into a
+    RESCORED_RECORD_SCHEMA table."""
     lengths = np.array([len(s.token_ids) for s in scored], dtype=np.int64)
     n = int(lengths.sum())
 

@@ -197,10 +197,10 @@ def active_params() -> dict[str, Any]:
     """Parameters of the active session, or those of ``conf/`` for ``KEDRO_ENV`` outside one."""
     if _active_params is not None:
         return _active_params
-    from kedro.config import OmegaConfigLoader
+    from hed.config.loader import HEDConfigLoader
 
     conf_source = Path(os.environ.get("HED_CONF_SOURCE", "conf"))
-    loader = OmegaConfigLoader(
+    loader = HEDConfigLoader(
         conf_source=str(conf_source),
         base_env="base",
         default_run_env="local",

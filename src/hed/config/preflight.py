@@ -36,7 +36,8 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
     Each shard's ``sequences`` file records its generation parameters (``hed.generation``);
     they are compared here with the current ``params:generation`` and ``params:prompts``
     (sampling parameters, dtype, prompt rendering) and with the checkpoint's content
-    fingerprint as it is now (:func:`hed.decode.checkpoints.checkpoint_fingerprint`: a step retrained
+    fingerprint as it is now (:func:`hed.decode.checkpoints.checkpoint_fingerprint`: a step
+    retrained
     at the same path), before anything runs.
 
     Args:
@@ -133,7 +134,8 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
     (section shape, ``top_n_words``, ``fig3.steps``), ``publish`` (destinations and their
     targets) and, with ``reporting.strict: true``,
     the completeness rules that need no data (:func:`check_strict_completeness`). Unknown
-    keys are refused earlier, when the session starts (:func:`hed.config.params.check_unknown_keys`).
+    keys are refused earlier, when the session starts
+    (:func:`hed.config.params.check_unknown_keys`).
 
     Args:
         pipeline: the pipeline about to run.

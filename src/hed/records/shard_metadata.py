@@ -104,7 +104,8 @@ def chat_template_settings(prompt_params: dict[str, Any]) -> dict[str, Any]:
 
 
 def effective_dtype(configured: str | None, device: str, model_dir: str | None = None) -> str:
-    """The dtype name ``generation.dtype`` resolves to on ``device`` (:mod:`hed.core.compute_dtype`).
+    """The dtype name ``generation.dtype`` resolves to on ``device``
+    (:mod:`hed.core.compute_dtype`).
 
     ``by_device`` (the default) gives bfloat16 on CUDA and on CPUs with native bfloat16, else
     float32; ``auto`` the checkpoint's own dtype (read from ``model_dir``; ``"auto"`` itself

@@ -14,7 +14,8 @@ Per (run, step), in this order:
    (:func:`hed.analysis.step_merge.merge_step`).
 7. :func:`select_high_entropy_positions`, :func:`tabulate_token_probability_mass`,
    :func:`tabulate_category_probability_mass`, :func:`summarise_step` — the per-step tables
-   (:mod:`hed.analysis.step_merge`, :mod:`hed.analysis.word_mass`, :mod:`hed.analysis.step_summary`).
+   (:mod:`hed.analysis.step_merge`, :mod:`hed.analysis.word_mass`,
+   :mod:`hed.analysis.step_summary`).
 
 Then :func:`combine_tables` and :func:`combine_high_entropy_positions` stack the per-step
 tables of every run and step. Record tables are lazy ``pyarrow.dataset.Dataset`` objects
@@ -223,7 +224,8 @@ def select_high_entropy_positions(high_entropy_rows: HighEntropySpill) -> Iterat
     """Stream a step's high-entropy rows (HIGH_ENTROPY_POSITION_SCHEMA), set aside by the merge.
 
     Returns:
-        Tables of ``high_entropy_positions`` rows in key order (:func:`hed.analysis.step_merge.read_spill`).
+        Tables of ``high_entropy_positions`` rows in key order
+        (:func:`hed.analysis.step_merge.read_spill`).
 
     Raises:
         InputDataError: the spill is missing (the merge did not complete).

@@ -178,7 +178,8 @@ def generate_shard(
 
     Crash-safe: finished sequences go to the shard's partial area ``parts`` as they complete
     (one part per batch); a rerun with the same generation metadata and checkpoint keeps them
-    and generates only the missing (prompt, sample) pairs (:mod:`hed.records.shard_parts`). Progress:
+    and generates only the missing (prompt, sample) pairs (:mod:`hed.records.shard_parts`).
+    Progress:
     a bar or periodic log lines, updated at every decode step, and a summary line
     (:mod:`hed.decode.progress`).
 
@@ -187,7 +188,8 @@ def generate_shard(
         checkpoints: ``checkpoints`` (from :func:`resolve_checkpoints`).
         prompt_params: ``params:prompts`` (chat template settings).
         params: ``params:generation``.
-        parts: ``<run>.step_<step>.shard_<k>.partial`` (a :class:`hed.records.shard_parts.ShardParts`);
+        parts: ``<run>.step_<step>.shard_<k>.partial`` (a
+            :class:`hed.records.shard_parts.ShardParts`);
             None keeps nothing on disk.
         run, step, shard: which shard of which checkpoint (bound when the pipeline is built).
 

@@ -344,7 +344,8 @@ def build_figure3_table(
 def plot_figure2_png(
     figure2_table: pd.DataFrame, figure_plan: dict[str, Any], reporting: dict[str, Any]
 ) -> Figure:
-    """Draw Figure 2 (:func:`hed.report.figures.plot_figure2`) at ``reporting.figure2`` size and dpi,
+    """Draw Figure 2 (:func:`hed.report.figures.plot_figure2`) at ``reporting.figure2`` size and
+    dpi,
     bars measuring ``reporting.fig2_measure``, one slot per step of ``fig2_steps``."""
     style = reporting_section(reporting).get("figure2") or {}
     return figures.plot_figure2(
@@ -361,7 +362,8 @@ def plot_figure2_png(
 def plot_figure3_png(
     figure3_table: pd.DataFrame, figure_plan: dict[str, Any], reporting: dict[str, Any]
 ) -> Figure:
-    """Draw Figure 3 (:func:`hed.report.figures.plot_figure3`) at ``reporting.figure3`` size and dpi."""
+    """Draw Figure 3 (:func:`hed.report.figures.plot_figure3`) at ``reporting.figure3`` size and
+    dpi."""
     style = reporting_section(reporting).get("figure3") or {}
     return figures.plot_figure3(
         figure3_table,

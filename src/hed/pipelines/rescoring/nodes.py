@@ -62,7 +62,8 @@ def select_reference_responses(
             ``hed.generation`` metadata is read (decode dtype, temperature, top_prob_k).
 
     Returns:
-        A :data:`~hed.records.schema.REFERENCE_RESPONSE_SCHEMA` table in (prompt_index, sample_index)
+        A :data:`~hed.records.schema.REFERENCE_RESPONSE_SCHEMA` table in (prompt_index,
+        sample_index)
         order with the Parquet metadata ``hed.reference`` (source, run, step, decode_dtype,
         temperature, top_prob_k).
 
@@ -146,7 +147,8 @@ def select_user_responses(user_responses: pd.DataFrame) -> pa.Table:
             appearance, samples in order within a prompt).
 
     Returns:
-        A :data:`~hed.records.schema.REFERENCE_RESPONSE_SCHEMA` table (token ids null) with the metadata
+        A :data:`~hed.records.schema.REFERENCE_RESPONSE_SCHEMA` table (token ids null) with the
+        metadata
         ``hed.reference`` = ``{"source": "file"}``.
 
     Raises:
@@ -466,7 +468,8 @@ def tabulate_entropy_percentiles(
 
 
 def plot_entropy_overlap_png(entropy_overlap: pd.DataFrame):
-    """The ``entropy_overlap`` figure (:func:`hed.report.rescoring_figures.plot_entropy_overlap`)."""
+    """The ``entropy_overlap`` figure
+    (:func:`hed.report.rescoring_figures.plot_entropy_overlap`)."""
     from hed.report.rescoring_figures import plot_entropy_overlap
 
     return plot_entropy_overlap(entropy_overlap)

@@ -1,4 +1,5 @@
-"""Teacher-forced re-scoring (hed.decode.teacher_forced): values against a float64 full-logits reference,
+"""Teacher-forced re-scoring (hed.decode.teacher_forced): values against a float64 full-logits
+reference,
 the chunking, the rank definition, and self-consistency with decode-time records on SmolLM2."""
 
 from __future__ import annotations

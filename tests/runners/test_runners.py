@@ -31,7 +31,7 @@ from hed.runners import gpu as runners
 from hed.runners.gpu import FailedNodesError, GPURunner, Slot, dispatch_key, resolve_slots
 from tests import runner_nodes
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def sleeping(func: Any, seconds: float) -> Any:

@@ -15,7 +15,7 @@ import pytest
 from kedro.config import OmegaConfigLoader
 from kedro.io import DataCatalog
 
-from .conftest import REPO_ROOT
+from ..conftest import REPO_ROOT
 
 ENVIRONMENTS = ["base", "mini_dapo", "qae_repro"]
 #: kedro-viz layer → the data folder its files live in (``results/`` is for published copies).

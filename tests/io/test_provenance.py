@@ -1,4 +1,5 @@
-"""hed.io.provenance: what a run's ``run_context`` records (datasets, git state, packages, runner)."""
+"""hed.io.provenance: what a run's ``run_context`` records (datasets, git state, packages,
+runner)."""
 
 from __future__ import annotations
 

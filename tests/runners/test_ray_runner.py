@@ -26,7 +26,7 @@ from tests.project_copy import (
     versions,
 )
 from tests.ray_cluster import local_cluster
-from tests.test_runners import sleeping
+from tests.runners.test_runners import sleeping
 
 
 def json_catalog(folder: Path, names: list[str]) -> DataCatalog:

@@ -23,7 +23,7 @@ from hed.decode.vllm import (
     sampling_request,
 )
 
-from .conftest import build_tiny_model
+from ..conftest import build_tiny_model
 
 pytestmark = pytest.mark.slow
 

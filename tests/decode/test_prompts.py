@@ -1,4 +1,5 @@
-"""hed.decode.prompts and prompt files: the chat template, an empty prompt file (node tests: pipelines)."""
+"""hed.decode.prompts and prompt files: the chat template, an empty prompt file (node tests:
+pipelines)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ from kedro.pipeline import Node, Pipeline
 from hed.runners.gpu import RayRunner
 from tests import runner_nodes
 from tests.ray_cluster import two_node_cluster
-from tests.test_ray_runner import gpu_nodes, json_catalog, read
-from tests.test_runners import PROJECT_FILES, kedro_run, markers
+from tests.runners.test_ray_runner import gpu_nodes, json_catalog, read
+from tests.runners.test_runners import PROJECT_FILES, kedro_run, markers
 
 
 def test_every_gpu_node_runs_on_the_node_that_has_the_gpus(tmp_path):

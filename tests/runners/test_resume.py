@@ -33,7 +33,7 @@ from hed.errors import ConfigError, InputDataError
 from hed.io.datasets import ArrowParquetDataset, write_parquet_atomically
 from hed.records.atomic_io import install_atomic_local_writes, remove_stale_temporaries
 
-from .project_copy import (
+from ..project_copy import (
     NUM_SHARDS,
     RUN,
     SHARD_FOLDER,

@@ -11,7 +11,7 @@ import yaml
 from hed.core.lexicon import OTHER, parse_lexicon
 from hed.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # DESIGN.md §5.4, verbatim
 DESIGN_ANTHROPOMORPHIC = (

@@ -1,4 +1,5 @@
-"""hed.analysis.overlap: the 80/20 overlap and percentile-bin tables on hand-made scores (known values,
+"""hed.analysis.overlap: the 80/20 overlap and percentile-bin tables on hand-made scores (known
+values,
 ties at the boundary) and against an independent numpy computation on random tied scores."""
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from hed.core.token_text import DECODE_KWARGS
 from hed.errors import ConfigError
 from hed.report import token_report as tr
 
-from .browser import open_page
-from .token_report_demo import RESPONSES, RUN, STEPS, demo_prompts, demo_step
+from ..browser import open_page
+from ..token_report_demo import RESPONSES, RUN, STEPS, demo_prompts, demo_step
 
 SCRIPT_KEY = (1, 0)  # the response with <script>alert(1)</script> and </span>
 PWNED_KEY = (1, 1)  # the response with <script>window.__pwned=1</script> and <b>

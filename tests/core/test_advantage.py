@@ -11,7 +11,7 @@ import pytest
 from hed.core.advantage import check_estimators, group_advantages, response_advantages
 from hed.errors import ConfigError, InputDataError
 
-from .dynamics_reference import reference_advantages
+from ..dynamics_reference import reference_advantages
 
 EPS = 1e-6
 

@@ -13,7 +13,13 @@ from hed.core.advantage import response_advantages
 from hed.errors import ConfigError, InputDataError
 from hed.records.response_index import ResponseIndex
 
-from .dynamics_reference import CATEGORIES, RESPONSES, random_step, reference_covariance, write_step
+from ..dynamics_reference import (
+    CATEGORIES,
+    RESPONSES,
+    random_step,
+    reference_covariance,
+    write_step,
+)
 
 
 def run_covariance(records_ds, sequences, estimators=("grpo", "dr_grpo"), **settings):

@@ -28,7 +28,7 @@ from hed.hooks import ShardPartsHooks
 from hed.io.datasets import ShardPartsDataset
 from hed.records.shard_parts import ShardParts, keep_and_generate
 
-from .project_copy import (
+from ..project_copy import (
     RUN,
     copy_project,
     kedro_command,

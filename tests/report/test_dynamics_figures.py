@@ -1,4 +1,5 @@
-"""Figures of the dynamics tables (hed.report.dynamics_figures): content, skipped steps, readability."""
+"""Figures of the dynamics tables (hed.report.dynamics_figures): content, skipped steps,
+readability."""
 
 from __future__ import annotations
 

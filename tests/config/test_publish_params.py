@@ -16,7 +16,7 @@ from hed.errors import ConfigError
 from hed.hooks import _data_root
 from hed.pipelines.publish import create_pipeline
 
-from .conftest import REPO_ROOT
+from ..conftest import REPO_ROOT
 
 
 def test_the_shipped_file_lists_every_key_with_the_schema_defaults():

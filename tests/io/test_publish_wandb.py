@@ -20,8 +20,8 @@ from hed.io import wandb_publish
 from hed.io.study_bundle import check_bundle_files, plan_bundle
 from hed.io.wandb_publish import ARTIFACT_TYPE, MANIFEST_NAME, log_study
 
-from .pipelines.test_reporting import _no_git  # noqa: F401 - autouse: no git in tests
-from .study_demo import (
+from ..pipelines.test_reporting import _no_git  # noqa: F401 - autouse: no git in tests
+from ..study_demo import (
     ENV,
     PASS1_RUN,
     REPORT_VERSION,

@@ -21,8 +21,8 @@ from hed.errors import ConfigError, CredentialsError, HEDError, InputDataError, 
 from hed.io.hub_publish import MANIFEST_NAME, publish_to_hub
 from hed.io.study_bundle import plan_bundle
 
-from .pipelines.test_reporting import _no_git  # noqa: F401 - autouse: no git in tests
-from .study_demo import ENV, PASS1_RUN, REPORT_VERSION, RUN, publish_demo_study
+from ..pipelines.test_reporting import _no_git  # noqa: F401 - autouse: no git in tests
+from ..study_demo import ENV, PASS1_RUN, REPORT_VERSION, RUN, publish_demo_study
 from .test_publish_wandb import _latest
 
 REPO = "hed-lab/dapo-results"

@@ -79,7 +79,7 @@ from hed.pipelines.reporting.nodes import plan_figures
 from hed.records.atomic_io import install_atomic_local_writes
 from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 from hed.records.shard_metadata import GENERATION_METADATA_KEY
-from hed.runners.gpu import resolve_slots
+from hed.runners.slots import resolve_slots
 
 REPO = Path(__file__).resolve().parents[1]
 ERRORS_DOC = REPO / "docs" / "errors.md"
@@ -1894,7 +1894,7 @@ def _(t: Ctx) -> Expect:
         (
             "--pipelines generaton",
             "did you mean generation?",
-            "aggregation, dynamics, generation, metrics",
+            "aggregation, analyses, dynamics, generation, metrics",
         ),
     )
 

@@ -43,7 +43,7 @@ class OutputWriteError(HEDError, DatasetError, OSError):
 
 
 class NodeFailuresError(HEDError, RuntimeError):
-    """A runner's summary of the nodes that failed (:class:`hed.runners.gpu.FailedNodesError`).
+    """A runner's summary of the nodes that failed (:class:`hed.runners.executor.FailedNodesError`).
 
     Unlike the other HED errors its message has one line per failed node; it is shown as it
     is, since it already names every failure and the command to resume.

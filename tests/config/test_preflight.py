@@ -61,7 +61,7 @@ def test_short_message_finds_the_hed_error_kedro_wrapped():
     from kedro.io.core import DatasetError
 
     from hed.errors import InputDataError, short_message
-    from hed.runners.gpu import FailedNodesError
+    from hed.runners.executor import FailedNodesError
 
     cause = InputDataError("/d/shard_0.parquet: column entropy is nan at (0, 0, 1)")
     try:

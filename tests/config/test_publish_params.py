@@ -9,9 +9,9 @@ import pytest
 import yaml
 from kedro.pipeline import Pipeline
 
-from hed.config.params import SECTIONS, unknown_keys
 from hed.config.preflight import check_parameters
 from hed.config.publish import HubPublishParams, WandbPublishParams, publish_params
+from hed.config.sections import SECTIONS, unknown_keys
 from hed.errors import ConfigError
 from hed.hooks import _data_root
 from hed.pipelines.publish import create_pipeline

@@ -15,7 +15,8 @@ from kedro.pipeline import Node, Pipeline
 from kedro_datasets.json import JSONDataset
 
 from hed.errors import ConfigError
-from hed.runners.gpu import FailedNodesError, RayRunner
+from hed.runners.executor import FailedNodesError
+from hed.runners.ray import RayRunner
 from tests import runner_nodes
 from tests.project_copy import (
     MERGED_FOLDER,

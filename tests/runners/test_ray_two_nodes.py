@@ -9,7 +9,7 @@ import textwrap
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.runners.gpu import RayRunner
+from hed.runners.ray import RayRunner
 from tests import runner_nodes
 from tests.ray_cluster import two_node_cluster
 from tests.runners.test_ray_runner import gpu_nodes, json_catalog, read

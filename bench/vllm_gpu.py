@@ -27,11 +27,12 @@ Phases, in order:
    key (registered, recording nothing) and recorded runs (records, raw-logit logprobs; no
    token text). ``recorder_over_plain`` is the cost of recording as a user pays it (target
    >= 0.97); ``recorder_over_inert`` the recorder's own work.
-3. ``check_*``: exactness inside the engine. An engine with ``logprobs_mode="raw_logprobs"``
-   returns vLLM's own top-k log-probabilities of the raw logits (``logprobs=k`` requests,
-   T = 1) next to HED's records of the same steps: ``check_topk_logprob_max_abs_diff``
-   (nats, passes at <= 1e-5, ``check_pass``) and the share of equal top-k ids. Same engine,
-   same logits: a row or position mapping error would show as whole nats, bf16 noise cannot.
+3. ``check_*``: exactness inside the engine. ``logprobs=k`` requests (the engine's
+   ``logprobs_mode="raw_logits"``) return vLLM's own top-k raw logits ``z`` of every step next
+   to HED's records of the same steps: ``check_topk_logprob_max_abs_diff`` is the largest
+   ``|log p_HED - (z / T - log Z_HED)|`` over the top-k (nats, passes at <= 1e-5,
+   ``check_pass``), with the share of positions whose k ids agree. Same engine, same logits:
+   a row or position mapping error would show as whole nats, bf16 noise cannot.
 4. ``hf_tokens_per_s``: HF ``generate`` with HED's recording (``--skip-hf`` to leave out).
 
 After each engine closes, ``gpu_free_gib_after_<phase>`` is the GPU memory free (CUDA's
@@ -42,7 +43,6 @@ the timed runs of phases 1-2 after one warm-up run each.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
 import os
@@ -177,22 +177,20 @@ def gpu_free_gib(device: str) -> float | None:
 
 
 def check_in_engine(arguments, prompts, encoded, params, *, limits, args, vllm) -> dict:
-    """HED's records vs vLLM's own top-k log-probabilities, same engine and steps (T = 1)."""
+    """HED's records vs vLLM's own top-k raw logits of the same engine steps."""
     from hed.decode.vllm_processor import RecordSink
 
     k = args.top_prob_k
-    check_args = {**arguments, "logprobs_mode": "raw_logprobs", "max_logprobs": k}
-    engine = RecordingEngine(check_args, record=True)
-    sink = RecordSink(1.0, k)
+    engine = RecordingEngine({**arguments, "max_logprobs": k}, record=True)  # raw_logits
+    sink = RecordSink(params.temperature, k)
     engine.processor_class.sink = sink
-    check_params = dataclasses.replace(params, temperature=1.0)
     core = engine.llm.llm_engine
     chosen = prompts[: args.check_sequences]
     try:
         for key, prompt in enumerate(chosen):
             request = sampling_request(
                 vllm,
-                check_params,
+                params,
                 seed=sequence_seed(args.seed, prompt.prompt_id, 0),
                 key=key,
                 eos=[],
@@ -209,15 +207,18 @@ def check_in_engine(arguments, prompts, encoded, params, *, limits, args, vllm) 
             (completion,) = out.outputs
             records = sink.take(int(out.request_id), len(completion.token_ids))
             hed_logprobs = np.log(records["topk_probs"].astype(np.float64))  # (n, k)
+            log_z = records["log_z"].astype(np.float64)  # (n,)
             for position, entry in enumerate(completion.logprobs):
                 ranked = sorted((lp.rank, token, lp.logprob) for token, lp in entry.items())
-                top = [(token, logprob) for rank, token, logprob in ranked if rank <= k][:k]
+                top = [(token, raw) for rank, token, raw in ranked if rank <= k][:k]  # z
                 ids = [token for token, _ in top]
                 equal += int(ids == records["topk_token_ids"][position].tolist())
                 total += 1
-                for j, (token, logprob) in enumerate(top):
+                for j, (token, raw) in enumerate(top):
                     if token == records["topk_token_ids"][position][j]:
-                        worst = max(worst, abs(logprob - hed_logprobs[position][j]))
+                        vllm_logprob = np.float32(raw) / np.float32(params.temperature)
+                        expected = float(vllm_logprob) - log_z[position]
+                        worst = max(worst, abs(expected - hed_logprobs[position][j]))
     finally:
         engine.processor_class.sink = None
         engine.close()

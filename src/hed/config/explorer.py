@@ -35,7 +35,8 @@ def explorer_options(value: Any) -> ExplorerOptions:
     estimator = raw.get("estimator", default.estimator)
     if estimator not in ESTIMATORS:
         raise ConfigError(
-            f"reporting.explorer.estimator must be one of {', '.join(ESTIMATORS)}, got {estimator!r}"
+            f"reporting.explorer.estimator must be one of {', '.join(ESTIMATORS)}, "
+            f"got {estimator!r}"
         )
     steps = step_list(raw.get("steps"), name + "steps")
     return ExplorerOptions(

@@ -199,8 +199,8 @@ def read_response_table(
         columns: record columns to read (must hold prompt_index, sample_index, position).
 
     Returns:
-        An Arrow table of ``columns`` (default :data:`RECORD_COLUMNS`), sorted by (prompt_index, sample_index,
-        position).
+        An Arrow table of ``columns`` (default :data:`RECORD_COLUMNS`), sorted by
+        (prompt_index, sample_index, position).
     """
     prompts = sorted({int(p) for p, _ in keys})
     samples = sorted({int(s) for _, s in keys})

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from hed.config.explorer import explorer_options
 from hed.config.params import (
     fig2_measure_param,
     fig3_steps_param,
@@ -25,7 +26,6 @@ from hed.config.params import (
 )
 from hed.errors import ConfigError
 from hed.io import provenance
-from hed.config.explorer import explorer_options
 from hed.report import explorer, figures, token_report
 
 logger = logging.getLogger(__name__)

@@ -141,8 +141,14 @@ def explorer_pipeline(params: dict[str, Any]) -> Pipeline:
         warnings.filterwarnings("ignore", message="One or more dataset names contain '.'")
         node = Node(
             func=bound(build_study_explorer, run_steps=run_steps),
-            inputs=["params:reporting", "checkpoints", "entropy_thresholds", "prompts", figure2,
-                    *tables],  # fmt: skip
+            inputs=[
+                "params:reporting",
+                "checkpoints",
+                "entropy_thresholds",
+                "prompts",
+                figure2,
+                *tables,
+            ],
             outputs="study_explorer_html",
             name="build_study_explorer",
             tags=["reporting"],

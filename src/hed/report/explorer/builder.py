@@ -111,9 +111,7 @@ def response_stats(records: ds.Dataset) -> pd.DataFrame:
     have = set(records.schema.names)
     optional = {c: n for c, n in OPTIONAL_TOKEN_COLUMNS.items() if c in have}
     parts = []
-    for batch in records.to_batches(
-        columns=STAT_COLUMNS + list(optional), batch_size=BATCH_ROWS
-    ):
+    for batch in records.to_batches(columns=STAT_COLUMNS + list(optional), batch_size=BATCH_ROWS):
         keep = pc.invert(pc.fill_null(batch.column("is_special"), False))
         table = pa.Table.from_batches([batch]).filter(keep)
         he = pc.fill_null(table["is_high_entropy"], False)
@@ -172,8 +170,9 @@ def step_measures(
         mean_a = float((frame["adv"].to_numpy()[graded] * n[graded]).sum() / total)
         mean_lp = float(frame["lp"].to_numpy()[graded].sum() / total)
     with np.errstate(invalid="ignore", divide="ignore"):
-        per_token = {c: frame[c] / frame["n"] for c in ("ent", "amass", "rmass", "dlp", "lp")
-                     if c in frame}  # fmt: skip
+        per_token = {
+            c: frame[c] / frame["n"] for c in ("ent", "amass", "rmass", "dlp", "lp") if c in frame
+        }
         frame = frame.assign(**per_token)
         if mean_a is None:
             frame["cov"] = np.nan
@@ -216,6 +215,7 @@ def _token_arrays(
 def build_explorer(
     steps: Sequence[tr.StepInput],
     options: ExplorerOptions,
+    *,
     prompts: pd.DataFrame | None = None,
     figure2: pd.DataFrame | None = None,
     title: str = "HED study explorer",
@@ -259,13 +259,19 @@ def build_explorer(
             notes.append(f"steps {left} left out (reporting.explorer.steps)")
     prompt_text: dict[int, str] = {}
     if prompts is not None and "prompt" in prompts.columns:
-        prompt_text = dict(zip(prompts["prompt_index"].astype(int), prompts["prompt"].astype(str),
-                               strict=True))  # fmt: skip
+        prompt_text = dict(
+            zip(prompts["prompt_index"].astype(int), prompts["prompt"].astype(str), strict=True)
+        )
     runs, blocks, max_entropy = [], [], 0.0
     optional: set[str] = set()
     for run, items in by_run.items():
         payload, run_blocks, run_max = _run_payload(
-            run, items, options, prompt_text, (tokenizers or {}).get(run), len(blocks)
+            run,
+            items,
+            options,
+            prompt_text,
+            tokenizer=(tokenizers or {}).get(run),
+            first_block=len(blocks),
         )
         notes.extend(payload.pop("notes"))
         optional.update(payload.pop("optional"))
@@ -299,6 +305,7 @@ def _run_payload(
     items: list[tr.StepInput],
     options: ExplorerOptions,
     prompt_text: Mapping[int, str],
+    *,
     tokenizer: Any | None,
     first_block: int,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
@@ -333,23 +340,26 @@ def _run_payload(
     for item in items:
         records = tr._as_dataset(item.records)
         frame = sequences[item.step]
-        measures, mean_a, mean_lp = step_measures(
-            frame, response_stats(records), options.estimator
-        )
+        measures, mean_a, mean_lp = step_measures(frame, response_stats(records), options.estimator)
         by_key = {
             (int(p), int(s)): i
-            for i, (p, s) in enumerate(zip(measures["prompt_index"], measures["sample_index"],
-                                           strict=True))  # fmt: skip
+            for i, (p, s) in enumerate(
+                zip(measures["prompt_index"], measures["sample_index"], strict=True)
+            )
         }
-        seq_by_key = {(int(r["prompt_index"]), int(r["sample_index"])): r
-                      for r in frame.to_dict(orient="records")}  # fmt: skip
+        seq_by_key = {
+            (int(r["prompt_index"]), int(r["sample_index"])): r
+            for r in frame.to_dict(orient="records")
+        }
         present = [k for k in keys if k in seq_by_key]
         have = set(records.schema.names)
         extra = [c for c in OPTIONAL_TOKEN_COLUMNS if c in have]
         table = tr.read_response_table(
-            records, present, options.max_tokens_per_response,
+            records,
+            present,
+            options.max_tokens_per_response,
             columns=[*tr.RECORD_COLUMNS, "logprob", *extra],
-        )  # fmt: skip
+        )
         pair = np.stack([np.asarray(table["prompt_index"]), np.asarray(table["sample_index"])])
         row_of = np.array([by_key[(int(p), int(s))] for p, s in pair.T], dtype=np.int64)
         advantage = measures["adv"].to_numpy(np.float64)[row_of] if len(row_of) else np.zeros(0)
@@ -408,8 +418,9 @@ def _run_payload(
     vocab = tr.vocabulary_texts(used_ids, tokenizer, known)
     prompt_ids: dict[int, str] = {}
     for frame in sequences.values():
-        prompt_ids.update(zip(frame["prompt_index"].astype(int), frame["prompt_id"].astype(str),
-                              strict=True))  # fmt: skip
+        prompt_ids.update(
+            zip(frame["prompt_index"].astype(int), frame["prompt_id"].astype(str), strict=True)
+        )
     payload = {
         "run": run,
         "role": items[0].role,
@@ -487,4 +498,6 @@ def render_explorer(data: Mapping[str, Any]) -> str:
         "DATA": tr.script_json(index),
     }
     # one pass over the template: a response holding "__DATA__" is never substituted
-    return re.sub(r"__(TITLE|CSS|JS|BLOCKS|DATA)__", lambda m: parts[m.group(1)], _asset("page.html"))
+    return re.sub(
+        r"__(TITLE|CSS|JS|BLOCKS|DATA)__", lambda m: parts[m.group(1)], _asset("page.html")
+    )

@@ -1,5 +1,5 @@
 """hed.hooks.ProvenanceHooks: ``run_context`` only where a pipeline reads it; the end of a run
-names the files written. (``ProjectHooks``' checks: ``tests/test_preflight.py``.)"""
+names the files written. (``ProjectHooks``' checks: ``tests/config/test_preflight.py``.)"""
 
 from __future__ import annotations
 

@@ -306,8 +306,9 @@ def test_a_prompt_longer_than_the_context_is_refused_before_generation(smollm2_d
         (
             ("--pipelines", "generaton"),
             "ConfigError: --pipelines generaton: no such pipeline; did you mean generation? "
-            "HED's pipelines: aggregation, dynamics, generation, metrics, mini_rl, publish, "
-            "reporting, rescoring (none: the whole chain) [HED_TRACEBACK=1 shows the traceback]",
+            "HED's pipelines: aggregation, analyses, dynamics, generation, metrics, mini_rl, "
+            "publish, reporting, rescoring (none: the whole chain) [HED_TRACEBACK=1 shows the "
+            "traceback]",
         ),
         (
             ("--env", "my_stduy"),

@@ -17,7 +17,8 @@ def register_pipelines() -> dict[str, Pipeline]:
     active configuration environment (see :mod:`hed.config.layout`); ``__default__`` is the whole
     chain generation → aggregation → dynamics → metrics → reporting, preceded by ``mini_rl``
     (training) in environments that have one (``conf/mini_dapo``; empty elsewhere), and
-    followed by ``rescoring`` where ``rescoring.in_default`` is true (``conf/mini_dapo``).
+    followed by ``rescoring`` where ``rescoring.in_default`` is true (``conf/mini_dapo``), then
+    ``analyses`` (pass@k, the entropy–performance fit, runs compared).
 
     Returns:
         A mapping from pipeline names to ``Pipeline`` objects.
@@ -27,6 +28,7 @@ def register_pipelines() -> dict[str, Pipeline]:
     chain = ["mini_rl", "generation", "aggregation", "dynamics", "metrics", "reporting"]
     if _rescoring_in_default():
         chain.append("rescoring")
+    chain.append("analyses")
     pipelines["__default__"] = sum(
         (pipelines[name] for name in chain if name in pipelines), Pipeline([])
     )

@@ -2,8 +2,7 @@
 
 import warnings
 
-from kedro.config import OmegaConfigLoader
-
+from hed.config.loader import HEDConfigLoader
 from hed.errors import install_short_tracebacks
 from hed.hooks import ProjectHooks, ProvenanceHooks, ShardPartsHooks
 from hed.records.atomic_io import install_atomic_local_writes, install_atomic_object_writes
@@ -29,7 +28,8 @@ warnings.filterwarnings("ignore", message=r"The node producing outputs .* 'parti
 
 HOOKS = (ProjectHooks(), ProvenanceHooks(), ShardPartsHooks())
 
-CONFIG_LOADER_CLASS = OmegaConfigLoader
+# parameters merge key by key: an environment or --params changes only the keys it names
+CONFIG_LOADER_CLASS = HEDConfigLoader
 CONFIG_LOADER_ARGS = {
     "base_env": "base",
     "default_run_env": "local",

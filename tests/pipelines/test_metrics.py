@@ -19,7 +19,7 @@ from hed.errors import ConfigError
 from hed.hooks import ProjectHooks
 from hed.pass1 import sources as pass1_sources
 from hed.pipelines.metrics import create_pipeline
-from tests.test_pass1_sources import FakeApi, FakeRun
+from tests.pass1.test_pass1_sources import FakeApi, FakeRun
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 METRIC = pass1_sources.DEFAULT_METRIC_KEY

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hed.config.params import is_integer, positive_int
+from hed.config.params import GenerationParams
+from hed.core.validators import is_integer, positive_int
 from hed.decode.checkpoints import discover_steps
 from hed.errors import CheckpointError, ConfigError
 
@@ -141,6 +142,8 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
             )
         )
     generation = params.get("generation")
+    if isinstance(generation, GenerationParams):  # parsed before the run: already checked
+        return StudyLayout(runs=tuple(runs), num_shards=generation.num_shards)
     if generation is None:
         generation = {}
     if not isinstance(generation, dict):
@@ -197,10 +200,10 @@ def active_params() -> dict[str, Any]:
     """Parameters of the active session, or those of ``conf/`` for ``KEDRO_ENV`` outside one."""
     if _active_params is not None:
         return _active_params
-    from kedro.config import OmegaConfigLoader
+    from hed.config.loader import HEDConfigLoader
 
     conf_source = Path(os.environ.get("HED_CONF_SOURCE", "conf"))
-    loader = OmegaConfigLoader(
+    loader = HEDConfigLoader(
         conf_source=str(conf_source),
         base_env="base",
         default_run_env="local",

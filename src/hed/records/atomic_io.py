@@ -530,4 +530,6 @@ def install_atomic_object_writes() -> None:
 
     for protocol, (module, base) in OBJECT_STORES.items():
         if importlib.util.find_spec(module) is not None:
-            fsspec.register_implementation(protocol, f"hed.records.atomic_io.Atomic{base}", clobber=True)
+            fsspec.register_implementation(
+                protocol, f"hed.records.atomic_io.Atomic{base}", clobber=True
+            )

@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from hed.config.explorer import explorer_options
 from hed.config.params import (
     fig2_measure_param,
     fig3_steps_param,
@@ -345,7 +344,8 @@ def build_figure3_table(
 def plot_figure2_png(
     figure2_table: pd.DataFrame, figure_plan: dict[str, Any], reporting: dict[str, Any]
 ) -> Figure:
-    """Draw Figure 2 (:func:`hed.report.figures.plot_figure2`) at ``reporting.figure2`` size and dpi,
+    """Draw Figure 2 (:func:`hed.report.figures.plot_figure2`) at ``reporting.figure2`` size and
+    dpi,
     bars measuring ``reporting.fig2_measure``, one slot per step of ``fig2_steps``."""
     style = reporting_section(reporting).get("figure2") or {}
     return figures.plot_figure2(
@@ -362,7 +362,8 @@ def plot_figure2_png(
 def plot_figure3_png(
     figure3_table: pd.DataFrame, figure_plan: dict[str, Any], reporting: dict[str, Any]
 ) -> Figure:
-    """Draw Figure 3 (:func:`hed.report.figures.plot_figure3`) at ``reporting.figure3`` size and dpi."""
+    """Draw Figure 3 (:func:`hed.report.figures.plot_figure3`) at ``reporting.figure3`` size and
+    dpi."""
     style = reporting_section(reporting).get("figure3") or {}
     return figures.plot_figure3(
         figure3_table,
@@ -438,6 +439,8 @@ def build_resolved_config(
             "thresholds": entropy_thresholds[threshold_columns].to_dict(orient="records"),
             "inputs": inputs,
             "artifacts": {name: outputs.get(name) for name in artifacts},
+            # the run's HTML pages (token report, explorer): what W&B/Hub publishing shows
+            "pages": {name: info for name, info in outputs.items() if name.endswith("_html")},
             "parameters": parameters,
         }
     )
@@ -511,7 +514,7 @@ def build_study_explorer(
     Raises:
         ConfigError: a malformed ``reporting.explorer`` section, or ``steps`` matching no step.
     """
-    options = explorer_options(reporting_section(reporting).get("explorer"))
+    options = explorer.explorer_options(reporting_section(reporting).get("explorer"))
     steps = token_report.step_inputs(run_steps, checkpoints, entropy_thresholds, step_tables)
     data = explorer.build_explorer(steps, options, prompts=prompts, figure2=figure2_table)
     for note in data["index"]["notes"]:

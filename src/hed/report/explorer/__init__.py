@@ -8,18 +8,19 @@
 from .builder import (
     FORMAT,
     OPTIONAL_TOKEN_COLUMNS,
-    ExplorerOptions,
     build_explorer,
     render_explorer,
     response_stats,
     step_measures,
 )
+from .options import ExplorerOptions, explorer_options
 
 __all__ = [
     "FORMAT",
     "OPTIONAL_TOKEN_COLUMNS",
     "ExplorerOptions",
     "build_explorer",
+    "explorer_options",
     "render_explorer",
     "response_stats",
     "step_measures",

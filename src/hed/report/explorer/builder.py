@@ -33,7 +33,6 @@ import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -46,6 +45,9 @@ import pyarrow.dataset as ds
 from hed.core.advantage import response_advantages
 from hed.errors import ConfigError
 from hed.report import token_report as tr
+from hed.report.explorer.options import ExplorerOptions
+from hed.report.token_report import inputs as tri
+from hed.report.token_report import payload as trp
 
 FORMAT = "hed.report.explorer/1"
 #: Optional per-token columns of the merged records: record column → the page's array name.
@@ -66,28 +68,6 @@ STAT_COLUMNS = [
 ]
 #: Batch size (rows) of the pass over a step's records.
 BATCH_ROWS = 262_144
-
-
-@dataclass(frozen=True)
-class ExplorerOptions:
-    """``reporting.explorer`` (parameters_reporting.yml; parsed by
-    :func:`hed.config.explorer.explorer_options`).
-
-    Attributes:
-        responses_per_step: (prompt_index, sample_index) keys embedded per (run, step), ≥ 1.
-        max_tokens_per_response: tokens embedded per response, ≥ 1 (the rest is cut, and said).
-        steps: steps to embed, or None for every step of every run.
-        seed: seed of the shuffle that chooses the responses.
-        estimator: advantage estimator, ``grpo`` or ``dr_grpo`` (:mod:`hed.core.advantage`).
-        enabled: build the page (``false`` leaves the node out of the reporting pipeline).
-    """
-
-    responses_per_step: int = 16
-    max_tokens_per_response: int = 2000
-    steps: tuple[int, ...] | None = None
-    seed: int = 0
-    estimator: str = "grpo"
-    enabled: bool = True
 
 
 # ------------------------------------------------------------------ per-response measures
@@ -185,30 +165,30 @@ def step_measures(
 
 
 def _num(value: Any, digits: int = 4) -> float | int | None:
-    value = tr._nullable(value)
+    value = trp._nullable(value)
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return None
-    return tr._sig([value], digits)[0]
+    return trp.significant([value], digits)[0]
 
 
 def _token_arrays(
     table: pa.Table, words: dict[str, int], advantage: np.ndarray, means: tuple
 ) -> dict[str, Any]:
     """The token report's per-token arrays plus ``lp`` (log π), ``cov`` and optional columns."""
-    columns = tr._table_columns(table, words)
+    columns = trp._table_columns(table, words)
     lp = np.asarray(table["logprob"], dtype=np.float64)
-    columns["lp"] = tr._sig(lp, 4)
+    columns["lp"] = trp.significant(lp, 4)
     mean_a, mean_lp = means
     special = np.asarray(columns["sp"], dtype=bool)
     if mean_a is not None:
         cov = (advantage - mean_a) * (lp - mean_lp)
         valid = ~special & np.isfinite(cov)
-        values = tr._sig(np.where(valid, cov, 0.0), 4)
+        values = trp.significant(np.where(valid, cov, 0.0), 4)
         columns["cov"] = [v if ok else None for v, ok in zip(values, valid.tolist(), strict=True)]
     for column, name in OPTIONAL_TOKEN_COLUMNS.items():
         if column in table.column_names:
             values = np.asarray(pc.fill_null(table[column], np.nan), dtype=np.float64)
-            columns[name] = [None if np.isnan(v) else v for v in tr._sig(values, 4)]
+            columns[name] = [None if np.isnan(v) else v for v in trp.significant(values, 4)]
     return columns
 
 
@@ -293,7 +273,7 @@ def build_explorer(
             "estimator": options.estimator,
         },
         "measures": sorted(optional),
-        "scale": {"min": tr.ENTROPY_FLOOR, "max": tr._nice_ceiling(max(max_entropy, 0.01))},
+        "scale": {"min": tr.ENTROPY_FLOOR, "max": trp.nice_ceiling(max(max_entropy, 0.01))},
         "runs": runs,
         "notes": notes,
     }
@@ -309,7 +289,7 @@ def _run_payload(
     tokenizer: Any | None,
     first_block: int,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
-    sequences = {i.step: tr._as_frame(i.sequences, tr.SEQUENCE_COLUMNS) for i in items}
+    sequences = {i.step: tri.as_frame(i.sequences, tr.SEQUENCE_COLUMNS) for i in items}
     all_keys = [
         (p, s)
         for frame in sequences.values()
@@ -338,7 +318,7 @@ def _run_payload(
     optional: set[str] = set()
     step_rows, blocks, max_entropy, n_cut = [], [], 0.0, 0
     for item in items:
-        records = tr._as_dataset(item.records)
+        records = tri.as_dataset(item.records)
         frame = sequences[item.step]
         measures, mean_a, mean_lp = step_measures(frame, response_stats(records), options.estimator)
         by_key = {
@@ -370,7 +350,7 @@ def _run_payload(
         shown = []
         for start, stop in itertools.pairwise(bounds):
             key = (int(pair[0, start]), int(pair[1, start]))
-            response = tr._response_payload(columns, start, stop, seq_by_key[key])
+            response = trp._response_payload(columns, start, stop, seq_by_key[key])
             row = measures.iloc[by_key[key]]
             response["reward"] = _num(row.get("reward"))
             response["adv"] = _num(row.get("adv"))
@@ -451,7 +431,7 @@ def _figure2_rows(
                 "n_high_entropy": _num(r.get("n_high_entropy")),
                 "anthro": _num(r.get("anthropomorphic_count")),
                 "pass1": _num(r.get("pass1")),
-                "pass1_source": tr._nullable(r.get("pass1_source")),
+                "pass1_source": trp._nullable(r.get("pass1_source")),
             }
             for r in rows.to_dict(orient="records")
         ]

@@ -1,0 +1,120 @@
+"""HED's configuration loader: parameters merge key by key.
+
+Kedro's ``OmegaConfigLoader`` merges an environment over ``base`` *destructively* by default:
+a top-level key the environment names (``aggregation``) replaces base's whole section. And it
+merges runtime ``--params`` into base and into the environment separately before that, so
+``--params aggregation.top_entropy_frac=0.3`` in an environment without
+``parameters_aggregation.yml`` gave the environment an ``aggregation`` section holding only
+that key, which then replaced base's (its lexicon gone). Kedro's ``merge_strategy: soft``
+would fix that, but would also merge the *names* a study chooses: base's demo run would join
+every study's ``runs``.
+
+:class:`HEDConfigLoader` merges ``parameters`` as :func:`merge_parameters` says (every section
+key by key; the mappings of user-chosen names in :data:`REPLACED_WHOLE` replaced whole), then
+applies ``--params`` on top key by key, and only then resolves interpolations (so
+``${runtime_params:...}`` and references to an overridden key see the new value). Every
+other configuration type (catalog, globals, credentials) loads as in Kedro.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from typing import Any
+
+from kedro.config import MissingConfigException, OmegaConfigLoader
+from omegaconf import DictConfig, OmegaConf
+
+#: Dotted paths (``*`` = any one name) of parameter mappings whose keys are names the user
+#: chooses (runs, lexicon categories): an environment that sets one replaces base's mapping
+#: whole, so base's demo run does not join a study's runs.
+REPLACED_WHOLE = ("runs", "metrics.runs", "mini_rl.runs", "aggregation.lexicon")
+
+
+def merge_parameters(base: Any, env: Any, path: str = "") -> Any:
+    """Merge an environment's parameters over base's, key by key.
+
+    Args:
+        base: base's merged parameters (``dict`` or ``DictConfig``; values may be anything).
+        env: the environment's merged parameters.
+        path: the dotted path of ``base``/``env`` (``""`` at the top).
+
+    Returns:
+        A plain ``dict`` (interpolation strings kept, unresolved): every key of either side;
+        where both hold a mapping, merged recursively, except at :data:`REPLACED_WHOLE` paths,
+        where the environment's value is taken whole; otherwise the environment's value
+        (lists and scalars are replaced, as in YAML anchors and Kedro's soft merge).
+    """
+    if not _is_mapping(base) or not _is_mapping(env) or _replaced_whole(path):
+        return _plain(env)
+    merged = {key: _plain(value) for key, value in _items(base)}
+    for key, value in _items(env):
+        child = f"{path}.{key}" if path else str(key)
+        merged[key] = (
+            merge_parameters(merged[key], value, child) if key in merged else _plain(value)
+        )
+    return merged
+
+
+def _replaced_whole(path: str) -> bool:
+    return any(fnmatch.fnmatchcase(path, pattern) for pattern in REPLACED_WHOLE)
+
+
+def _is_mapping(value: Any) -> bool:
+    return isinstance(value, Mapping | DictConfig)
+
+
+def _items(value: Any) -> list[tuple[Any, Any]]:
+    if isinstance(value, DictConfig):
+        return list(OmegaConf.to_container(value, resolve=False).items())
+    return list(value.items())
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, DictConfig) or OmegaConf.is_config(value):
+        return OmegaConf.to_container(value, resolve=False)
+    return value
+
+
+class HEDConfigLoader(OmegaConfigLoader):
+    """``OmegaConfigLoader`` whose ``parameters`` merge key by key (:func:`merge_parameters`).
+
+    Runtime ``--params`` are applied last, key by key, over the merged environments; then
+    interpolations are resolved once. Other keys (``catalog``, ``globals``, ``credentials``)
+    are Kedro's.
+    """
+
+    def _resolve_from_raw_config(  # noqa: PLR0917 - Kedro's signature
+        self,
+        key: str,
+        base_configs: dict[Any, DictConfig],
+        env_configs: dict[Any, DictConfig],
+        base_path: str,
+        env_path: str,
+        processed_files: set[Any],
+    ) -> dict[str, Any]:
+        if key != "parameters":
+            return super()._resolve_from_raw_config(
+                key, base_configs, env_configs, base_path, env_path, processed_files
+            )
+        base = _unsafe_merge(base_configs.values())
+        run_env = self.env or self.default_run_env
+        merged = (
+            base
+            if run_env == self.base_env
+            else merge_parameters(base, _unsafe_merge(env_configs.values()))
+        )
+        if not processed_files and run_env != self.base_env:
+            raise MissingConfigException(
+                f"No files of YAML or JSON format found in {base_path} or {env_path} matching"
+                f" the glob pattern(s): {[*self.config_patterns[key]]}"
+            )
+        config = OmegaConf.unsafe_merge(OmegaConf.create(merged), self.runtime_params or {})
+        return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
+
+
+def _unsafe_merge(configs: Any) -> dict[str, Any]:
+    configs = list(configs)
+    if not configs:
+        return {}
+    return OmegaConf.to_container(OmegaConf.unsafe_merge(*configs), resolve=False)

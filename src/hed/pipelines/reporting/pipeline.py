@@ -11,11 +11,11 @@ from hed.config.layout import active_params, layout_from_params
 from hed.io.provenance import RUN_CONTEXT
 from hed.pipelines.binding import bound
 
+from .explorer_nodes import build_study_explorer
 from .nodes import (
     build_figure2_table,
     build_figure3_table,
     build_resolved_config,
-    build_study_explorer,
     build_token_report,
     figure2_dataset,
     plan_figures,

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +58,7 @@ REASON = {"so", "let", "then", "but", "check", "compute", "find", "therefore", "
 
 def synthetic_step(run: str, step: int, responses: int, tokens: int):
     """Merged records and sequences of one synthetic step, built column-wise with numpy."""
-    rng = np.random.default_rng(1000 * hash(run) % 7919 + step)
+    rng = np.random.default_rng([zlib.crc32(run.encode()), step])
     n = responses * tokens
     vocab = np.array([" " + w for w in WORDS] + [",", ".", " =", " 42", "\n", " 7", ":"])
     word_of = np.array(WORDS + [""] * 7)

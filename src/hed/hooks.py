@@ -17,7 +17,7 @@ from kedro.framework.hooks import hook_impl
 from kedro.framework.project import settings
 
 from hed.config import layout, params
-from hed.config.preflight import check_parameters, check_reused_shards
+from hed.config.preflight import check_reused_shards, hand_to_nodes, parsed_sections
 from hed.errors import ConfigError
 from hed.io import run_lock
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
@@ -85,11 +85,13 @@ class ProjectHooks:
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
-        """Check parameters up front (:func:`check_parameters`); with
-        ``--only-missing-outputs``, refuse stale shards (:func:`check_reused_shards`)."""
-        check_parameters(pipeline, catalog)
+        """Parse parameters up front (:func:`parsed_sections`); with
+        ``--only-missing-outputs``, refuse stale shards (:func:`check_reused_shards`); then
+        hand the parsed sections to the nodes (:func:`hand_to_nodes`)."""
+        parsed = parsed_sections(pipeline, catalog)
         if run_params.get("only_missing_outputs"):
             check_reused_shards(pipeline, catalog)
+        hand_to_nodes(catalog, parsed)
         env = env_label(run_params.get("env"))
         if getattr(self, "_conf", None):
             run_lock.check_declared_root(layout.data_root(), env, *self._conf)
@@ -120,6 +122,13 @@ def _data_root(context: KedroContext) -> str:
     except MissingConfigException:
         root = None
     root = str(root or layout.DEFAULT_DATA_ROOT)
+    if root.startswith("hf://"):
+        raise ConfigError(
+            f"globals.data_root {root}: a data root on the Hub makes every file "
+            "a commit of its own (rate limits); keep data_root local or on s3:// / gs:// and "
+            "publish to the Hub with `kedro run --pipelines publish` (publish.hub, "
+            "docs/publishing.md)"
+        )
     if "://" in root:  # an object store (s3://, gs://): a URL, not a project folder
         return root
     return str(Path(context.project_path) / root)

@@ -12,9 +12,10 @@ import json
 
 import pytest
 import torch
+import transformers
 
 from hed.core import compute_dtype
-from hed.decode import hf as recording
+from hed.decode import loading as recording
 
 
 class _Model:
@@ -39,7 +40,7 @@ def recorded_load(monkeypatch, tiny_model_dir):
         calls.append((model_dir, kwargs))
         return _Model()
 
-    monkeypatch.setattr(recording.AutoModelForCausalLM, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", from_pretrained)
     return calls
 
 

@@ -326,3 +326,33 @@ def test_processor_follows_moves_swaps_and_recomputed_requests():
     assert [len(outputs[k]) for k in (10, 11, 12)] == [5, 3, 3]
     with pytest.raises(RuntimeError, match="do not match"):
         sink.take(10, 5)  # already taken
+
+
+def test_the_vllm_backend_through_the_contract_equals_the_engine(
+    vllm_tiny_dir, tiny_engine, tokenizer, prompts
+):
+    """Last in the module: shutting an in-process engine down ends vLLM's process-wide
+    parallel state, so ``tiny_engine`` is used before the backend's engine closes."""
+    from hed.decode.backend import open_backend
+    from hed.decode.loading import eos_token_ids_of
+
+    params = SamplingParams(temperature=0.8, max_new_tokens=8, seed=3)
+    eos = eos_token_ids_of(vllm_tiny_dir, tokenizer)
+    want = {
+        (s.prompt_index, s.sample_index): s
+        for s in tiny_engine.run(tokenizer, prompts[:2], 2, params, eos)
+    }
+    settings = VLLMSettings(kv_cache_memory_bytes=KV_BYTES, max_model_len=512)
+    with open_backend("vllm", vllm_tiny_dir, dtype="float32", vllm=settings) as backend:
+        assert (backend.name, backend.dtype, backend.device) == ("vllm", "float32", "cpu")
+        assert backend.metadata["settings"]["kv_cache_memory_bytes"] == KV_BYTES
+        assert backend.eos_token_ids == eos
+        got = {
+            (s.prompt_index, s.sample_index): s
+            for s in backend.generate(prompts[:2], 2, params, skip={(0, 0)})
+        }
+    assert sorted(got) == [(0, 1), (1, 0), (1, 1)]  # the skipped pair is not requested
+    for key, seq in got.items():
+        assert seq.token_ids.tolist() == want[key].token_ids.tolist()
+        np.testing.assert_allclose(seq.entropy, want[key].entropy, atol=1e-6)
+        assert seq.response_text == want[key].response_text

@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hed.config import layout, params
+from hed.config.publish import publish_params
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import CheckpointError, ConfigError
 from hed.records.shard_metadata import (
@@ -125,19 +126,7 @@ def _versions_folder(path: str) -> str:
 def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
     """Check the parameters every node of the run will read, before the first node runs.
 
-    Nodes check their own parameters, but a bad ``aggregation.top_entropy_frac`` or
-    ``reporting.top_n_words`` would otherwise surface only after hours of generation. Checked
-    here, for the sections the pipeline reads, with the rules of :mod:`hed.config.params`: ``runs``
-    (names, roles, steps: :func:`hed.config.layout.layout_from_params`), ``generation`` (sampling
-    parameters, dtype), ``aggregation`` (``top_entropy_frac``, the lexicon), ``reporting``
-    (section shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``,
-    the completeness rules that need no data (:func:`check_strict_completeness`). Unknown
-    keys are refused earlier, when the session starts
-    (:func:`hed.config.params.check_unknown_keys`).
-
-    Args:
-        pipeline: the pipeline about to run.
-        catalog: the run's catalog (holds ``params:<section>``).
+    See :func:`parsed_sections` (which this calls).
 
     Returns:
         The sections checked, e.g. ``["generation", "aggregation"]``.
@@ -145,27 +134,85 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
     Raises:
         ConfigError: the first invalid value, in the nodes' own one-line wording.
     """
+    return list(parsed_sections(pipeline, catalog))
+
+
+def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
+    """Parse every parameter section the pipeline reads, once, before the first node runs.
+
+    A bad ``aggregation.top_entropy_frac`` or ``reporting.top_n_words`` would otherwise
+    surface only after hours of generation. Parsed here, for the sections the pipeline reads,
+    with the rules of :mod:`hed.config.params`: ``runs`` (names, roles, steps:
+    :func:`hed.config.layout.layout_from_params`), ``generation`` (sampling parameters, dtype,
+    backend), ``aggregation`` (``top_entropy_frac``, the lexicon), ``reporting`` (section
+    shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``, the
+    completeness rules that need no data (:func:`check_strict_completeness`), ``rescoring``
+    (:func:`hed.analysis.rescoring.rescoring_section`), ``publish`` (destinations and their
+    targets: :func:`hed.config.publish.publish_params`). Unknown keys are refused earlier, when
+    the session starts (:func:`hed.config.sections.check_unknown_keys`).
+
+    Args:
+        pipeline: the pipeline about to run.
+        catalog: the run's catalog (holds ``params:<section>``).
+
+    Returns:
+        ``{section: parsed}`` in check order: a :class:`~hed.config.layout.StudyLayout` for
+        ``runs``, :class:`~hed.config.params.GenerationParams`,
+        :class:`~hed.config.params.AggregationParams`, :class:`~hed.config.params.ReportingParams`,
+        :class:`~hed.analysis.rescoring.RescoringParams`.
+
+    Raises:
+        ConfigError: the first invalid value, in the nodes' own one-line wording.
+    """
+    from hed.analysis.rescoring import rescoring_section
+
     datasets = pipeline.datasets()
 
     def load(name: str) -> Any:
         return catalog.load(f"params:{name}") if f"params:{name}" in catalog else None
 
-    checked = []
+    parsed: dict[str, Any] = {}
     if "params:runs" in datasets:
-        layout.layout_from_params({"runs": load("runs"), "generation": load("generation") or {}})
-        checked.append("runs")
+        parsed["runs"] = layout.layout_from_params(
+            {"runs": load("runs"), "generation": load("generation") or {}}
+        )
     if "params:generation" in datasets:
-        params.generation_params(load("generation"))
-        checked.append("generation")
+        parsed["generation"] = params.generation_params(load("generation"))
     if "params:aggregation" in datasets:
-        params.aggregation_params(load("aggregation"))
-        checked.append("aggregation")
+        parsed["aggregation"] = params.aggregation_params(load("aggregation"))
     if "params:reporting" in datasets:
-        reporting = params.reporting_params(load("reporting"))
+        reporting = parsed["reporting"] = params.reporting_params(load("reporting"))
         if reporting.strict:
             check_strict_completeness(reporting, load("runs") or {}, load("metrics"))
-        checked.append("reporting")
-    return checked
+    if "params:rescoring" in datasets:
+        parsed["rescoring"] = rescoring_section(load("rescoring"))
+    if "params:publish" in datasets:
+        parsed["publish"] = publish_params(load("publish"))
+    return parsed
+
+
+#: Sections whose nodes take the parsed object (``GenerationParams.of`` / ``rescoring_section``
+#: accept it): the pre-run check hands these to them in place of the raw dict.
+TYPED_SECTIONS = ("generation", "rescoring")
+
+
+def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
+    """Put the parsed sections of :data:`TYPED_SECTIONS` into the run's catalog.
+
+    ``params:generation`` then holds a :class:`~hed.config.params.GenerationParams` and
+    ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`: the nodes read
+    attributes, nothing is parsed again. The whole ``parameters`` dataset (what
+    ``resolved_config`` records) is left as configured.
+
+    Returns:
+        The ``params:<section>`` names replaced.
+    """
+    handed = []
+    for name in TYPED_SECTIONS:
+        if name in parsed and f"params:{name}" in catalog:
+            catalog.save(f"params:{name}", parsed[name])
+            handed.append(f"params:{name}")
+    return handed
 
 
 def check_strict_completeness(

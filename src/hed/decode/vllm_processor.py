@@ -5,7 +5,7 @@ logits to float32, then calls every custom logits processor that is *not* argmax
 (``apply_logits_processors``), and only then applies penalties, the temperature, top-k /
 top-p and draws the token (``sample``). :class:`DecodeRecordingProcessor` declares itself not
 argmax-invariant, so it sees exactly the raw float32 logits ``z`` ``(num_reqs, V)`` that the
-sampler draws from: the same tensor :class:`hed.decode.hf.DecodeRecorder` sees in
+sampler draws from: the same tensor :class:`hed.decode.hf_processors.DecodeRecorder` sees in
 ``generate``. Per row it computes, on the logits' device and without a host sync, the
 entropy (nats), ``log Z`` and the ``top_prob_k`` most probable ids and probabilities of
 ``softmax(z / T)`` (:func:`hed.core.entropy.token_distribution_stats`, max-shifted) and returns the

@@ -44,7 +44,13 @@ from hed.analysis.step_merge import (
 )
 from hed.analysis.step_summary import step_summary
 from hed.analysis.word_mass import category_probability_mass, token_probability_mass
-from hed.config.params import chunk_records_param, shard_config
+from hed.config.params import (
+    GenerationParams,
+    chunk_records_param,
+    default,
+    generation_mapping,
+    shard_config,
+)
 from hed.config.params import section as parameter_section
 from hed.core.lexicon import Lexicon, parse_lexicon
 from hed.core.thresholds import EntropyThreshold, compute_threshold, validate_top_entropy_frac
@@ -61,7 +67,7 @@ logger = logging.getLogger(__name__)
 
 def check_sequences(
     prompts: pd.DataFrame,
-    generation: dict[str, Any],
+    generation: GenerationParams | dict[str, Any],
     prompt_params: dict[str, Any],
     checkpoints: dict[str, Any],
     *shard_sequences: ds.Dataset,
@@ -86,7 +92,9 @@ def check_sequences(
         ConfigError: ``num_shards`` or ``samples_per_prompt`` is not a positive integer.
     """
     num_shards, samples = shard_config(generation)
-    current = CurrentGeneration(generation, prompt_params, checkpoints, prompts)
+    current = CurrentGeneration(
+        dict(generation_mapping(generation)), prompt_params, checkpoints, prompts
+    )
     return checked_responses(
         shard_sequences, current, num_shards=num_shards, samples=samples, run=run, step=step
     )
@@ -95,7 +103,7 @@ def check_sequences(
 def check_token_records(
     sequences: pd.DataFrame,
     prompts: pd.DataFrame,
-    generation: dict[str, Any],
+    generation: GenerationParams | dict[str, Any],
     prompt_params: dict[str, Any],
     checkpoints: dict[str, Any],
     *shard_records: ds.Dataset,
@@ -111,7 +119,9 @@ def check_token_records(
         InputDataError: see :func:`hed.records.shard_checks.shard_report`.
     """
     num_shards, _ = shard_config(generation)
-    current = CurrentGeneration(generation, prompt_params, checkpoints, prompts)
+    current = CurrentGeneration(
+        dict(generation_mapping(generation)), prompt_params, checkpoints, prompts
+    )
     return shard_report(
         sequences, shard_records, current, num_shards=num_shards, run=run, step=step
     )
@@ -140,7 +150,9 @@ def compute_entropy_threshold(
         InputDataError: a non-finite or null entropy, or no non-special token.
         ConfigError: ``top_entropy_frac`` outside (0, 1].
     """
-    rho = parameter_section(aggregation, "aggregation").get("top_entropy_frac", 0.2)
+    rho = parameter_section(aggregation, "aggregation").get(
+        "top_entropy_frac", default("aggregation", "top_entropy_frac")
+    )
     validate_top_entropy_frac(rho)
     n_records = int(shard_report["n_records"].sum())
     entropy = non_special_entropies(shard_records, n_records, run=run, step=step)

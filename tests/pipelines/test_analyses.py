@@ -75,7 +75,9 @@ def test_analyses_pipeline_tables_and_figures(tmp_path):
     catalog["params:analyses"] = MemoryDataset({"reference_run": "a", "dpi": 40})
     catalog["params:runs"] = MemoryDataset(RUNS)
     catalog["params:metrics"] = MemoryDataset({"runs": {}})  # no W&B source: no trainer entropy
-    catalog["params:generation"] = MemoryDataset({"temperature": 1.0})
+    catalog["params:generation"] = MemoryDataset(
+        {"temperature": 1.0, "samples_per_prompt": 4, "max_new_tokens": 8}
+    )
     catalog["pass1"] = MemoryDataset(pd.DataFrame(pass1))
     SequentialRunner().run(create_pipeline(layout, params={}), catalog)
 

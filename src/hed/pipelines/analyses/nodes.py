@@ -19,6 +19,7 @@ from hed.analysis.entropy_fit import fit_runs
 from hed.analysis.pass_at_k import PASS_AT_K_COLUMNS, step_pass_at_k
 from hed.analysis.runs_comparison import compare_runs, step_measures
 from hed.analysis.trainer_entropy import TRAINER_ENTROPY_COLUMNS, compare_trainer_entropy
+from hed.config.params import GenerationParams
 from hed.errors import ConfigError, InputDataError
 from hed.pass1.sources import parse_run_config, read_wandb_history, read_wandb_offline_history
 from hed.report import analysis_figures
@@ -217,7 +218,7 @@ def _ref(options: Mapping[str, Any], run: str):
 
 def tabulate_trainer_entropy(
     summary_by_step: pd.DataFrame,
-    generation: dict[str, Any],
+    generation: GenerationParams | dict[str, Any],
     analyses: dict[str, Any],
     *runs: pd.DataFrame,
 ) -> pd.DataFrame:
@@ -246,6 +247,6 @@ def tabulate_trainer_entropy(
         trainer,
         summary_by_step,
         metric_key=key,
-        temperature=float((generation or {}).get("temperature", 1.0)),
+        temperature=float(GenerationParams.of(generation).sampling.temperature),
         tolerance=tolerance,
     )

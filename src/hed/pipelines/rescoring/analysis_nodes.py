@@ -11,6 +11,7 @@ and Δlog p of the fixed response set from the base checkpoint (docs/rescoring.m
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,7 +23,12 @@ from matplotlib.figure import Figure
 
 from hed.analysis.delta_logprob import DELTA_COLUMNS, TOP_COLUMNS, delta_by_subset, top_words
 from hed.analysis.mismatch import VERL_RATIO_BOUNDS, step_mismatch
-from hed.analysis.rescoring import RESCORING_METADATA_KEY, read_rescored, shard_dtype
+from hed.analysis.rescoring import (
+    RESCORING_METADATA_KEY,
+    read_rescored,
+    rescoring_section,
+    shard_dtype,
+)
 from hed.errors import ConfigError, InputDataError
 from hed.records.schema import RECORD_KEY
 from hed.report import analysis_figures
@@ -86,7 +92,7 @@ def rescore_trainer_shard(
         own_responses,
         checkpoints,
         prompt_params,
-        {**(rescoring or {}), "dtype": dtype},
+        dataclasses.replace(rescoring_section(rescoring), dtype=dtype),
         generation,
         run=run,
         step=step,

@@ -29,7 +29,7 @@ from typing import Any
 
 from hed.errors import ConfigError, InputDataError
 from hed.io.publishing import environment_label, rerun_reporting
-from hed.records.atomic_io import is_remote
+from hed.records.object_store import is_remote
 
 KINDS = ("figure", "table", "page", "config", "records")
 

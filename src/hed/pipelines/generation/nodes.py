@@ -13,7 +13,11 @@ import pyarrow as pa
 from hed.config.layout import layout_from_params
 from hed.config.params import GenerationParams, default, integer, sampling_params
 from hed.core.grading import grade_response, normalise_reference, reference_parses
-from hed.decode.checkpoints import checkpoint_fingerprint, model_dir_for_step
+from hed.decode.checkpoints import (
+    check_same_vocabulary,
+    checkpoint_fingerprint,
+    model_dir_for_step,
+)
 from hed.decode.embedded import ensure_embedded_checkpoint
 from hed.decode.prompts import (
     PROMPT_COLUMNS,
@@ -135,20 +139,20 @@ def resolve_checkpoints(
         where a fingerprint holds ``model_dir``, ``config_sha256`` and ``weights_index_sha256``.
 
     Raises:
-        CheckpointError: a step folder is missing, config-only, or LoRA-only.
+        CheckpointError: a step folder is missing, config-only, or LoRA-only, or the run's
+            steps differ in vocabulary size or tokenizer (:func:`check_same_vocabulary`).
     """
     layout = layout_from_params({"runs": runs, "generation": generation})
     resolved: dict[str, Any] = {}
     for run in layout.runs:
         if run.embedded:
             ensure_embedded_checkpoint(f"{run.checkpoint_root}/global_step_0/actor_hf")
+        model_dirs = {step: model_dir_for_step(run.checkpoint_root, step) for step in run.steps}
+        check_same_vocabulary(run.name, model_dirs)
         resolved[run.name] = {
             "role": run.role,
             "checkpoint_root": run.checkpoint_root,
-            "steps": {
-                str(step): checkpoint_fingerprint(model_dir_for_step(run.checkpoint_root, step))
-                for step in run.steps
-            },
+            "steps": {str(step): checkpoint_fingerprint(d) for step, d in model_dirs.items()},
         }
         logger.info("Run %s: %d checkpoint(s), steps %s", run.name, len(run.steps), list(run.steps))
     return resolved

@@ -2277,3 +2277,27 @@ def test_one_sample_per_prompt_warns_once_naming_the_parameter(caplog):
     assert warned[0].startswith("dynamics: run(s) one have one sample per prompt")
     assert "generation.samples_per_prompt: 1" in warned[0]
     assert "Cov(log π, A) = 0 and zero-advantage share 1.0" in warned[0]
+
+
+def test_a_verl_parquet_gives_the_user_message_and_ground_truth(tmp_path):
+    """verl's RL data: ``prompt`` a list of chat messages, the answer in
+    ``reward_model.ground_truth`` (docs/configuration.md, "Prompts from verl's parquet")."""
+    path = tmp_path / "aime24.parquet"
+    pd.DataFrame(
+        {
+            "data_source": ["aime24", "aime24"],
+            "prompt": [
+                [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"}],
+                [{"role": "user", "content": "2+3?"}],
+            ],
+            "reward_model": [
+                {"style": "rule", "ground_truth": "2"},
+                {"style": "rule", "ground_truth": "5"},
+            ],
+        }
+    ).to_parquet(path)
+    params = {**PROMPT_PARAMS, "prompt_columns": ["prompt"]}
+    params["answer_column"] = "reward_model.ground_truth"
+    prompts = prompt_node_run(path, params)()["prompts"]
+    assert prompts["prompt"].tolist() == ["1+1?", "2+3?"]
+    assert prompts["answer"].tolist() == ["2", "5"]

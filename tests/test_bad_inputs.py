@@ -43,7 +43,14 @@ from hed.config.params import sampling_params as sampling_params_from
 from hed.core.entropy import NonFiniteLogitsError, token_distribution_stats
 from hed.core.lexicon import parse_lexicon
 from hed.decode.hf import load_model_and_tokenizer, resolve_dtype
-from hed.errors import CheckpointError, ConfigError, HEDError, InputDataError, OutputWriteError
+from hed.errors import (
+    CheckpointError,
+    ConfigError,
+    CredentialsError,
+    HEDError,
+    InputDataError,
+    OutputWriteError,
+)
 from hed.io.datasets import (
     ArrowParquetDataset,
     PromptFileDataset,
@@ -1320,6 +1327,83 @@ def _(t: Ctx) -> Expect:
         OutputWriteError,
         (str(results), "is a file, not a folder"),
         outputs=(results,),
+    )
+
+
+def _tiny_bundle(t: Ctx):
+    from hed.io.study_bundle import BundleFile, StudyBundle
+
+    png = write_text(t.tmp / "data" / "figure2.png", b"\x89PNG")
+    return StudyBundle(
+        study="study", run_id="r1", git_commit=None, config={"run_id": "r1"},
+        files=(BundleFile("figures/figure2.png", str(png), "figure", "figure2_png"),),
+    )  # fmt: skip
+
+
+@case("publish-wandb-no-key")
+def _(t: Ctx) -> Expect:
+    from hed.config.publish import WandbPublishParams
+    from hed.io.publication_datasets import WandbRunDataset
+
+    t.monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    t.monkeypatch.setenv("NETRC", str(t.tmp / "no_netrc"))
+    t.monkeypatch.setenv("WANDB_CONFIG_DIR", str(t.tmp / "wandb_config"))
+    receipt = t.tmp / "publications" / "wandb.json"
+    dataset = WandbRunDataset(filepath=str(receipt))
+    bundle = _tiny_bundle(t)
+    settings = WandbPublishParams(enabled=True, project="p", mode="online", dir=str(t.tmp / "w"))
+    return Expect(
+        lambda: dataset.save({"bundle": bundle, "settings": settings}),
+        CredentialsError,
+        ("no W&B API key to publish", "wandb login", "WANDB_API_KEY"),
+        outputs=(receipt, t.tmp / "w"),
+    )
+
+
+@case("publish-hub-no-token")
+def _(t: Ctx) -> Expect:
+    from hed.config.publish import HubPublishParams
+    from hed.io.publication_datasets import HubCommitDataset
+
+    t.monkeypatch.delenv("HF_TOKEN", raising=False)
+    t.monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    t.monkeypatch.setenv("HF_HOME", str(t.tmp / "hf_home"))
+    receipt = t.tmp / "publications" / "hub.json"
+    dataset = HubCommitDataset(filepath=str(receipt))
+    bundle = _tiny_bundle(t)
+    settings = HubPublishParams(enabled=True, repo_id="me/study")
+    return Expect(
+        lambda: dataset.save({"bundle": bundle, "settings": settings}),
+        CredentialsError,
+        ("Hugging Face token", "hf auth login", "HF_TOKEN"),
+        outputs=(receipt,),
+    )
+
+
+@case("publish-destination-target-missing")
+def _(t: Ctx) -> Expect:
+    from hed.config.publish import publish_params
+
+    return Expect(
+        lambda: publish_params({"hub": {"enabled": True}}),
+        ConfigError,
+        ("publish.hub.repo_id is not set", "parameters_publish.yml"),
+    )
+
+
+@case("publish-hf-data-root")
+def _(t: Ctx) -> Expect:
+    from types import SimpleNamespace
+
+    from hed.hooks import _data_root
+
+    context = SimpleNamespace(
+        config_loader={"globals": {"data_root": "hf://datasets/me/study"}}, project_path=t.tmp
+    )
+    return Expect(
+        lambda: _data_root(context),
+        ConfigError,
+        ("hf://datasets/me/study", "kedro run --pipelines publish"),
     )
 
 

@@ -26,6 +26,14 @@ class InputDataError(HEDError, DatasetError, ValueError):
     """
 
 
+class CredentialsError(ConfigError, DatasetError):
+    """A credential (W&B API key, Hugging Face token) is missing, or refused by its server.
+
+    A ``ConfigError`` that is also a Kedro ``DatasetError``: publishing checks credentials in
+    a dataset's ``save()``, and Kedro passes a ``DatasetError`` on as one line.
+    """
+
+
 class CheckpointError(HEDError, FileNotFoundError):
     """A checkpoint folder is missing, incomplete or of an unsupported layout."""
 

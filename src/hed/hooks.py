@@ -122,6 +122,13 @@ def _data_root(context: KedroContext) -> str:
     except MissingConfigException:
         root = None
     root = str(root or layout.DEFAULT_DATA_ROOT)
+    if root.startswith("hf://"):
+        raise ConfigError(
+            f"globals.data_root {root}: a data root on the Hub makes every file "
+            "a commit of its own (rate limits); keep data_root local or on s3:// / gs:// and "
+            "publish to the Hub with `kedro run --pipelines publish` (publish.hub, "
+            "docs/publishing.md)"
+        )
     if "://" in root:  # an object store (s3://, gs://): a URL, not a project folder
         return root
     return str(Path(context.project_path) / root)

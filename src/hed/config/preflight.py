@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hed.config import layout, params
+from hed.config.publish import publish_params
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import CheckpointError, ConfigError
 from hed.records.shard_metadata import (
@@ -146,7 +147,8 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
     backend), ``aggregation`` (``top_entropy_frac``, the lexicon), ``reporting`` (section
     shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``, the
     completeness rules that need no data (:func:`check_strict_completeness`), ``rescoring``
-    (:func:`hed.analysis.rescoring.rescoring_section`). Unknown keys are refused earlier, when
+    (:func:`hed.analysis.rescoring.rescoring_section`), ``publish`` (destinations and their
+    targets: :func:`hed.config.publish.publish_params`). Unknown keys are refused earlier, when
     the session starts (:func:`hed.config.sections.check_unknown_keys`).
 
     Args:
@@ -184,6 +186,8 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
             check_strict_completeness(reporting, load("runs") or {}, load("metrics"))
     if "params:rescoring" in datasets:
         parsed["rescoring"] = rescoring_section(load("rescoring"))
+    if "params:publish" in datasets:
+        parsed["publish"] = publish_params(load("publish"))
     return parsed
 
 

@@ -439,6 +439,8 @@ def build_resolved_config(
             "thresholds": entropy_thresholds[threshold_columns].to_dict(orient="records"),
             "inputs": inputs,
             "artifacts": {name: outputs.get(name) for name in artifacts},
+            # the run's HTML pages (token report, explorer): what W&B/Hub publishing shows
+            "pages": {name: info for name, info in outputs.items() if name.endswith("_html")},
             "parameters": parameters,
         }
     )

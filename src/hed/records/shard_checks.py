@@ -7,7 +7,8 @@ sample_index) of the prompt set exactly once, in shard ``prompt_index % num_shar
 duplicated record), and their token records must agree with their responses (positions
 ``0 .. n_tokens−1``). Every failure is an :class:`hed.errors.InputDataError` in one line
 naming the file, the first offending keys and the fix. Streaming (one batch per shard) keeps
-memory flat: :mod:`hed.records.arrow_stream`.
+memory flat: :mod:`hed.records.arrow_stream`. The key checks themselves (coverage, key order,
+records against responses) are in :mod:`hed.records.shard_keys`.
 """
 
 from __future__ import annotations

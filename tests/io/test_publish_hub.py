@@ -1,9 +1,10 @@
 """Publishing a study to a Hugging Face dataset repo (hed.io.hub_publish), at the boundary.
 
-No network here: ``HfApi``'s network methods are replaced on huggingface_hub's own class and
-``create_commit`` receives huggingface_hub's own ``CommitOperationAdd`` objects, which
-compute each file's sha256 and size when they are built. The demo study is the one of
-:mod:`tests.study_demo`.
+No network here. Two boundaries: (1) ``HfApi``'s network methods replaced on huggingface_hub's
+own class, so ``create_commit`` receives huggingface_hub's own ``CommitOperationAdd`` objects
+(which compute each file's sha256 and size when built); (2) the real ``HfApi`` talking HTTP to
+a stand-in Hub on 127.0.0.1 (tests/hub_server.py), which records a commit only when its whole
+body arrived. The demo study is the one of :mod:`tests.study_demo`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from hed.errors import ConfigError, CredentialsError, HEDError, InputDataError, 
 from hed.io.hub_publish import MANIFEST_NAME, publish_to_hub
 from hed.io.study_bundle import plan_bundle
 
+from ..hub_server import stand_in_hub
 from ..pipelines.test_reporting import _no_git  # noqa: F401 - autouse: no git in tests
 from ..study_demo import ENV, PASS1_RUN, REPORT_VERSION, RUN, publish_demo_study
 from .test_publish_wandb import _latest
@@ -96,6 +98,24 @@ def hf_token(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_TOKEN", "hf_test_token")
 
 
+def expected_sources(root: Path, folder: str) -> dict[str, str]:
+    """``{path in repo: source file}`` of the demo study's publication (manifest aside)."""
+    resolved = json.loads(_latest(root, "08_reporting/metadata/resolved_config.json").read_text())
+    bundle = plan_bundle(resolved, None, study=ENV, include_records=False)
+    expected = {f"{folder}/{f.path}": f.source for f in bundle.files}
+    for step in (0, 20):
+        for table, name in (
+            ("token_records", f"step_{step}"),
+            ("sequences", f"step_{step}.sequences"),
+        ):
+            base = root / f"data/03_primary/token_records/{RUN}/{name}.parquet"
+            (version,) = [p.name for p in base.iterdir()]
+            expected[f"{folder}/records/{RUN}/step_{step}.{table}.parquet"] = str(
+                base / version / f"{name}.parquet"
+            )
+    return expected
+
+
 def test_demo_study_is_exactly_one_commit_of_exactly_its_files(demo_study, hf_token, monkeypatch):
     root = demo_study
     hub = StandInHub(monkeypatch)
@@ -108,19 +128,7 @@ def test_demo_study_is_exactly_one_commit_of_exactly_its_files(demo_study, hf_to
     assert commit["revision"] is None
     operations = commit["operations"]
     assert all(isinstance(op, CommitOperationAdd) for op in operations)
-    resolved = json.loads(_latest(root, "08_reporting/metadata/resolved_config.json").read_text())
-    bundle = plan_bundle(resolved, None, study=ENV, include_records=False)
-    expected = {f"{FOLDER}/{f.path}": f.source for f in bundle.files}
-    for step in (0, 20):
-        for table, name in (
-            ("token_records", f"step_{step}"),
-            ("sequences", f"step_{step}.sequences"),
-        ):
-            base = root / f"data/03_primary/token_records/{RUN}/{name}.parquet"
-            (version,) = [p.name for p in base.iterdir()]
-            expected[f"{FOLDER}/records/{RUN}/step_{step}.{table}.parquet"] = str(
-                base / version / f"{name}.parquet"
-            )
+    expected = expected_sources(root, FOLDER)
     assert sorted(op.path_in_repo for op in operations) == sorted(
         [*expected, f"{FOLDER}/{MANIFEST_NAME}"]
     )
@@ -242,3 +250,73 @@ def test_repo_absent_and_create_repo_false_is_refused(demo_study, hf_token, monk
 def test_bad_publish_parameters_are_one_line(section, message):
     with pytest.raises(ConfigError, match=message):
         publish_params(section)
+
+
+# ------------------------------------------------------------------ a stand-in Hub on 127.0.0.1
+
+
+@pytest.fixture
+def hub_server(monkeypatch, tmp_path):
+    """The stand-in Hub (tests/hub_server.py) as huggingface_hub's endpoint, its token in
+    HF_TOKEN; the dataset repo exists."""
+    from huggingface_hub import constants
+
+    with stand_in_hub() as (endpoint, state):
+        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+        monkeypatch.setenv("HF_TOKEN", state.token)
+        state.repos.add(REPO)
+        yield state
+
+
+def test_the_stand_in_hub_receives_the_demo_study_as_one_commit(demo_study, hub_server):
+    root = demo_study
+    catalog = publish_demo_study(
+        root, {"hub": {"enabled": True, "repo_id": REPO, "path_in_repo": "studies/demo"}}
+    )
+    (commit,) = hub_server.commits
+    commits = [r for r in hub_server.requests if r[0] == "POST" and "/commit/" in r[1]]
+    assert commits == [("POST", f"/api/datasets/{REPO}/commit/main")]
+    expected = expected_sources(root, "studies/demo")
+    on_disk = {path: Path(source).read_bytes() for path, source in expected.items()}
+    manifest = commit["files"].pop(f"studies/demo/{MANIFEST_NAME}")
+    assert commit["files"] == on_disk  # exactly the study's files, byte for byte
+    assert len(on_disk) == 15
+    assert {f"studies/demo/{p}" for p in json.loads(manifest)["files"]} == set(on_disk)
+    assert commit["summary"].startswith(f"HED study {ENV}: reporting run {REPORT_VERSION}")
+    receipt = catalog.load("hub_publication")
+    assert receipt["oid"] == "1".zfill(40) and receipt["commit_url"].endswith("1".zfill(40))
+
+
+def test_a_file_vanishing_between_preupload_and_commit_leaves_no_commit(
+    demo_study, hub_server, tmp_path
+):
+    bundle = _bundle(demo_study)
+    victim = bundle.files[len(bundle.files) // 2]
+    moved = tmp_path / "moved"
+    hub_server.on_preupload = lambda paths: Path(victim.source).rename(moved)
+    try:
+        with pytest.raises(OutputWriteError) as info:
+            publish_to_hub(bundle, HubPublishParams(enabled=True, repo_id=REPO))
+    finally:
+        moved.rename(victim.source)
+    assert "the repo holds no commit of it" in _one_line(info)
+    assert hub_server.commits == []
+    assert not [r for r in hub_server.requests if "/commit/" in r[1]]
+
+
+def test_a_refused_token_stops_before_anything_is_uploaded(demo_study, hub_server, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_wrong_token")
+    with pytest.raises(InputDataError) as info:
+        publish_to_hub(_bundle(demo_study), HubPublishParams(enabled=True, repo_id=REPO))
+    assert "whoami failed (" in _one_line(info) and "nothing was uploaded" in str(info.value)
+    assert hub_server.requests == [("GET", "/api/whoami-v2")] and hub_server.commits == []
+
+
+def test_a_new_repo_is_created_then_committed_once_on_the_stand_in_hub(demo_study, hub_server):
+    hub_server.repos.clear()
+    result = publish_to_hub(
+        _bundle(demo_study), HubPublishParams(enabled=True, repo_id=REPO, path_in_repo="x")
+    )
+    assert REPO in hub_server.repos and len(hub_server.commits) == 1
+    assert result["files"] == len(hub_server.commits[0]["files"]) == 12  # 11 + manifest

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from .vllm_gate import pytest_collection_modifyitems, pytest_terminal_summary  # noqa: F401
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 MODEL_CACHE = REPO_ROOT / ".pytest_cache" / "hed_models"

@@ -2184,7 +2184,15 @@ def _one_torch_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("case_id", list(CASES))
+#: cases that run a vLLM engine (not run where vLLM cannot be installed: tests/vllm_gate.py)
+VLLM_CASES = {"generation-vllm-architecture", "generation-vllm-prompt-too-long",
+              "generation-vllm-kv-cache"}
+
+
+@pytest.mark.parametrize(
+    "case_id",
+    [pytest.param(c, marks=pytest.mark.vllm) if c in VLLM_CASES else c for c in CASES],
+)
 def test_bad_input_gives_one_actionable_line(case_id, tmp_path, monkeypatch, request):
     expect = CASES[case_id](Ctx(tmp=tmp_path, monkeypatch=monkeypatch, request=request))
     before = {path: _state(path) for path in expect.outputs}

@@ -25,7 +25,7 @@ from hed.decode.vllm import (
 
 from ..conftest import build_tiny_model
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 QUESTIONS = [
     "What is 2+2?",

@@ -74,6 +74,11 @@ def test_analyses_pipeline_tables_and_figures(tmp_path):
     catalog["pass1_for_figures"] = MemoryDataset(pd.DataFrame(pass1))
     catalog["params:analyses"] = MemoryDataset({"reference_run": "a", "dpi": 40})
     catalog["params:runs"] = MemoryDataset(RUNS)
+    catalog["params:metrics"] = MemoryDataset({"runs": {}})  # no W&B source: no trainer entropy
+    catalog["params:generation"] = MemoryDataset(
+        {"temperature": 1.0, "samples_per_prompt": 4, "max_new_tokens": 8}
+    )
+    catalog["pass1"] = MemoryDataset(pd.DataFrame(pass1))
     SequentialRunner().run(create_pipeline(layout, params={}), catalog)
 
     table = catalog.load("pass_at_k")
@@ -99,6 +104,10 @@ def test_analyses_pipeline_tables_and_figures(tmp_path):
     assert b16["delta_pass1"] == pytest.approx(expected_delta, abs=1e-12)
     assert b16["pass_at_max_k"] == pytest.approx(1.0) and b16["max_k"] == 4
     assert b16["delta_pass_at_max_k"] == pytest.approx(0.0)
+
+    trainer = catalog.load("trainer_entropy")
+    assert len(trainer) == 6 and trainer["trainer_entropy"].isna().all()
+    assert trainer["hed_mean_entropy"].tolist() == pytest.approx([1.2, 0.9, 0.6] * 2)
 
     for name in ("pass_at_k_png", "entropy_performance_fit_png", "runs_comparison_png"):
         path = Path(catalog.get(name)._get_load_path())

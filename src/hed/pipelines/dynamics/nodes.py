@@ -21,8 +21,8 @@ from matplotlib.figure import Figure
 
 from hed.analysis.correctness import correctness_values, entropy_by_correctness
 from hed.analysis.covariance import TOP_TOKEN_COLUMNS, CovarianceSettings, step_covariance
+from hed.config.params import AggregationParams, lexicon_param
 from hed.core.advantage import DEFAULT_EPSILON, ESTIMATORS, check_estimators, response_advantages
-from hed.core.lexicon import parse_lexicon
 from hed.errors import ConfigError, InputDataError
 from hed.records.response_index import ResponseIndex
 from hed.report import dynamics_figures
@@ -77,7 +77,7 @@ def tabulate_advantage_covariance(
     entropy_thresholds: pd.DataFrame,
     sequences: ds.Dataset,
     token_records: ds.Dataset,
-    aggregation: dict[str, Any],
+    aggregation: AggregationParams | dict[str, Any],
     dynamics: dict[str, Any],
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Advantages of the step's graded responses and Cov(log π, A) over their tokens.
@@ -105,7 +105,7 @@ def tabulate_advantage_covariance(
     dynamics = dynamics_section(dynamics)
     estimators = check_estimators(dynamics.get("estimators", list(ESTIMATORS)))
     settings = CovarianceSettings.from_params(dynamics)
-    categories = parse_lexicon((aggregation or {}).get("lexicon")).categories
+    categories = lexicon_param(aggregation).categories
     run, step, _ = _step_of(entropy_thresholds)
     sequences_frame = _responses(sequences)
     graded = response_advantages(

@@ -12,8 +12,14 @@ import pyarrow.dataset as ds
 import pytest
 
 from hed.errors import InputDataError
-from hed.records.record_keys import check_response_keys, examples, scan_record_keys
-from hed.records.shard_checks import check_shard_count, non_special_entropies, shard_folder
+from hed.records.shard_checks import (
+    check_response_keys,
+    check_shard_count,
+    examples,
+    non_special_entropies,
+    scan_record_keys,
+    shard_folder,
+)
 
 
 def keys_dataset(rows: list[tuple[int, int, int]], shard: int = 0) -> ds.Dataset:

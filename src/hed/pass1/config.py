@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hed.errors import ConfigError
-from hed.pass1.history import DEFAULT_METRIC_KEY, DEFAULT_STEP_KEY
+from hed.pass1.history import DEFAULT_METRIC_KEY, DEFAULT_STEP_KEY, SCALES
 from hed.pass1.wandb_online import wandb_run_ref
 
 SOURCES = ("wandb", "wandb_offline", "csv", "generated")
@@ -39,7 +39,7 @@ _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         },
     ),
     "wandb_offline": (("path",), {"metric_key": None, "step_key": None}),
-    "csv": (("path",), {"step_column": "step", "pass1_column": "pass1"}),
+    "csv": (("path",), {"step_column": "step", "pass1_column": "pass1", "scale": "fraction"}),
     "generated": ((), {}),
 }
 
@@ -99,6 +99,11 @@ def _source_options(run: str, name: str, raw: Any, wandb_defaults: Mapping[str, 
             raise ConfigError(f"{where}.{key} is missing: the {name} source needs {needs}")
     if name == "wandb":
         wandb_run_ref(options, where)  # refuses an incomplete or ambiguous run reference now
+    if name == "csv" and options["scale"] not in SCALES:
+        raise ConfigError(
+            f"{where}.scale is {options['scale']!r}: use fraction (pass@1 in [0, 1]) or "
+            "percent (in [0, 100], divided by 100)"
+        )
     if name in WANDB_SOURCES:
         options["metric_key"] = str(
             options["metric_key"] or wandb_defaults.get("metric_key") or DEFAULT_METRIC_KEY
@@ -127,7 +132,9 @@ def parse_run_config(
 
     Raises:
         ConfigError: an unknown source name or option, a missing required option, both W&B
-            sources listed, or a ``figure_source`` the run does not list.
+            sources listed, or a ``figure_source`` the run does not list (``figure_source:
+            wandb`` follows the run's one W&B source: it means ``wandb_offline`` when that is
+            the one listed, and the other way round).
     """
     metrics_params = metrics_params or {}
     wandb_defaults = metrics_params.get("wandb_defaults") or {}
@@ -164,6 +171,10 @@ def parse_run_config(
         )
     figure_source = cfg.get("figure_source")
     names = [spec.name for spec in specs]
+    if figure_source in WANDB_SOURCES and figure_source not in names:
+        # the run's one W&B source, online or offline: switching `wandb` to `wandb_offline`
+        # (or back) needs no second edit of figure_source
+        figure_source = next((name for name in names if name in WANDB_SOURCES), figure_source)
     if figure_source is not None and figure_source not in names:
         raise ConfigError(
             f"metrics.runs.{run}.figure_source is {figure_source!r} but the run lists "

@@ -8,20 +8,36 @@ from pathlib import Path
 import pandas as pd
 
 from hed.errors import InputDataError, one_line
-from hed.pass1.history import MAX_KEYS_SHOWN, as_float, as_step, shown_items
+from hed.pass1.history import (
+    CSV_RANGE_HINT,
+    MAX_KEYS_SHOWN,
+    as_float,
+    as_step,
+    check_pass1_range,
+    shown_items,
+)
 
 
 def read_pass1_csv(
-    path: str | os.PathLike, *, step_column: str = "step", pass1_column: str = "pass1"
+    path: str | os.PathLike,
+    *,
+    step_column: str = "step",
+    pass1_column: str = "pass1",
+    scale: str = "fraction",
 ) -> pd.DataFrame:
     """Read ``step, pass1`` from a user CSV (rows with an empty pass@1 are left out).
 
+    Args:
+        scale: ``fraction`` (values in [0, 1], as they are) or ``percent`` (values in
+            [0, 100], divided by 100).
+
     Returns:
-        ``step`` (int64), ``pass1`` (float64) in file order.
+        ``step`` (int64), ``pass1`` (float64, a fraction in [0, 1]) in file order.
 
     Raises:
         InputDataError: the file is missing or unreadable, a column is missing (the message
-            lists those it has), or a value is not a number / a step not an integer.
+            lists those it has), a value is not a number / a step not an integer, or a
+            pass@1 (after scaling) is outside [0, 1] (:func:`check_pass1_range`).
     """
     path = Path(path)
     if not path.is_file():
@@ -42,6 +58,13 @@ def read_pass1_csv(
     where = f"pass@1 CSV {path}, column"
     steps = [as_step(value, f"{where} {step_column}") for value in frame[step_column]]
     values = [as_float(value, f"{where} {pass1_column}") for value in frame[pass1_column]]
-    return pd.DataFrame(
-        {"step": pd.Series(steps, dtype="int64"), "pass1": pd.Series(values, dtype="float64")}
+    divisor = 100.0 if scale == "percent" else 1.0
+    table = pd.DataFrame(
+        {
+            "step": pd.Series(steps, dtype="int64"),
+            "pass1": pd.Series(values, dtype="float64") / divisor,
+        }
     )
+    shown = f"{where} {pass1_column}" + (" (scale: percent, divided by 100)" if divisor > 1 else "")
+    check_pass1_range(table, where=shown, hint=CSV_RANGE_HINT)
+    return table

@@ -198,5 +198,34 @@ def history_from_rows(
             n_both - n_agree,
             n_both,
         )
-    table = pd.DataFrame.from_records(records, columns=HISTORY_COLUMNS)
-    return table.astype(_HISTORY_DTYPES)
+    table = pd.DataFrame.from_records(records, columns=HISTORY_COLUMNS).astype(_HISTORY_DTYPES)
+    check_pass1_range(table, where=f"{where}, key {metric_key}", hint=_WANDB_RANGE_HINT)
+    return table
+
+
+#: pass@1 scales a CSV source accepts (``scale``): fraction in [0, 1], percent in [0, 100].
+SCALES = ("fraction", "percent")
+_WANDB_RANGE_HINT = "point metric_key at a pass@1 key (a fraction, e.g. val-core/<data>/acc/mean@1)"
+CSV_RANGE_HINT = "if the file holds percentages set `scale: percent` on the csv source"
+
+
+def check_pass1_range(table: pd.DataFrame, *, where: str, hint: str) -> None:
+    """Refuse pass@1 values outside [0, 1] (a percentage, an accuracy count, a loss).
+
+    Args:
+        table: ``step`` (int), ``pass1`` (float; NaN allowed, it is left out later).
+        where: the file/run and column, as named in the message.
+        hint: what to do, appended to the message.
+
+    Raises:
+        InputDataError: the first value outside [0, 1], its step and how many there are.
+    """
+    values = table["pass1"]
+    bad = table[(values < 0) | (values > 1)]
+    if bad.empty:
+        return
+    first = bad.iloc[0]
+    raise InputDataError(
+        f"{where}: pass@1 {first['pass1']:g} at step {int(first['step'])} is outside [0, 1] "
+        f"({len(bad)} of {len(table)} value(s), largest {bad['pass1'].max():g}); {hint}"
+    )

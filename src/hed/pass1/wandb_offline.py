@@ -69,8 +69,10 @@ def iter_offline_history_rows(path: str | os.PathLike) -> Iterator[dict[str, Any
     nothing is uploaded and no telemetry is sent, and keeps the ``history`` records.
 
     Raises:
-        InputDataError: the folder is missing, the reader fails (its first error line), or the
-            log holds no history row at all (empty, truncated or not a W&B log).
+        InputDataError: the folder is missing, the reader fails (its first error line), the
+            log ends in an incomplete record (a file truncated by a copy, a full disk, or a run
+            killed or still running: its rows would be a shorter history), or it holds no
+            history row at all (empty or not a W&B log).
     """
     wandb_file = find_offline_run_file(path)
     n_rows = 0
@@ -99,12 +101,24 @@ def iter_offline_history_rows(path: str | os.PathLike) -> Iterator[dict[str, Any
                 n_rows += 1
                 yield row
         stderr.seek(0)
-        lines = (line.strip() for line in stderr if line.strip())
+        lines = (
+            line.strip().removeprefix("wandb leet inspect: ") for line in stderr if line.strip()
+        )
         if proc.returncode != 0:
             message = next(lines, f"exit status {proc.returncode}")
-            raise InputDataError(f"cannot read W&B offline run {wandb_file}: {message}")
+            raise InputDataError(
+                f"cannot read W&B offline run file {wandb_file} (not a readable W&B "
+                f"transaction log: {message}); point `path` at a wandb/offline-run-* folder"
+            )
+        first = next(lines, None)
+        if first is not None and "incomplete" in first:
+            raise InputDataError(
+                f"W&B offline run file {wandb_file} is truncated or incomplete ({n_rows} "
+                f"history row(s) readable; wandb leet inspect: {first}): copy the whole run "
+                "folder again, or wait until the run has finished"
+            )
         if n_rows == 0:
-            message = next(lines, "the log is empty")
+            message = first or "the log is empty"
             raise InputDataError(
                 f"W&B offline run {wandb_file} holds no history rows ({message}); point `path` "
                 "at a run folder that logged its metrics (wandb/offline-run-*)"

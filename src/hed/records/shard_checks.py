@@ -7,7 +7,8 @@ sample_index) of the prompt set exactly once, in shard ``prompt_index % num_shar
 duplicated record), and their token records must agree with their responses (positions
 ``0 .. n_tokens−1``). Every failure is an :class:`hed.errors.InputDataError` in one line
 naming the file, the first offending keys and the fix. Streaming (one batch per shard) keeps
-memory flat: :mod:`hed.records.arrow_stream`.
+memory flat: :mod:`hed.records.arrow_stream`. The key checks themselves (coverage, key order,
+records against responses) are in :mod:`hed.records.shard_keys`.
 """
 
 from __future__ import annotations
@@ -20,19 +21,20 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.dataset as ds
 
 from hed.errors import InputDataError
 from hed.records.arrow_stream import column_numpy, dataset_source, record_batches
-from hed.records.record_keys import (
-    check_columns,
+from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+from hed.records.shard_keys import (  # noqa: F401 - check_response_keys, examples re-exported
+    _RESPONSE_KEY,
     check_response_keys,
     compare_records_to_responses,
+    examples,
     raise_bad_entropy,
-    read_table,
     scan_record_keys,
 )
-from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 from hed.records.shard_metadata import GENERATION_METADATA_KEY, stale_field
 
 _SHARD_FILE = re.compile(r"^shard_\d+(\.sequences)?\.parquet$")
@@ -315,3 +317,33 @@ def shard_folder(source: str) -> str:
         if _SHARD_FILE.match(folder.name):
             return str(folder.parent)
     return str(path.parent)
+
+
+def check_columns(dataset: ds.Dataset, schema: pa.Schema, source: str) -> None:
+    """Every column of ``schema`` is present in ``dataset`` with a type castable to it.
+
+    Raises:
+        InputDataError: a missing column, or one whose type cannot be cast.
+    """
+    present = dataset.schema
+    missing = [name for name in schema.names if name not in present.names]
+    if missing:
+        raise InputDataError(
+            f"{source}: missing column(s) {', '.join(missing)}; rerun generation for this shard"
+        )
+    for field in schema:
+        have = present.field(field.name).type
+        if have != field.type:
+            try:
+                pa.array([], type=have).cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise InputDataError(
+                    f"{source}: column {field.name} is {have}, expected {field.type}"
+                ) from None
+
+
+def read_table(dataset: ds.Dataset, schema: pa.Schema) -> pa.Table:
+    """The ``schema`` columns of a (small) dataset, checked and cast (:func:`check_columns`)."""
+    source = dataset_source(dataset)
+    check_columns(dataset, schema, source)
+    return dataset.to_table(columns=schema.names).cast(schema)

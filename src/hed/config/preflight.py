@@ -262,9 +262,38 @@ def check_strict_completeness(
     for name in runs:
         if not ((metric_runs.get(name) or {}).get("sources") or {}):
             gaps.append(f"metrics.runs.{name}.sources is empty: no pass@1 for run {name}")
+        else:
+            gaps += _csv_pass1_gaps(metrics, name, (runs[name] or {}).get("steps", "all"))
     if gaps:
         raise ConfigError(
             "reporting.strict is true but the figures cannot be complete: "
             + "; ".join(f"({i}) {gap}" for i, gap in enumerate(gaps, 1))
             + "; fix these before generating, or set reporting.strict: false to draw what exists"
         )
+
+
+def _csv_pass1_gaps(metrics: Any, run: str, steps: Any) -> list[str]:
+    """The configured steps of ``run`` its ``csv`` figure source has no pass@1 for.
+
+    Only a local CSV that is the run's figure source and an explicit step list are checked
+    here (W&B sources and ``steps: all`` are known only when the metrics pipeline reads
+    them; the reporting node checks those). A CSV that cannot be read raises its own
+    one-line :class:`~hed.errors.InputDataError`.
+    """
+    from hed.pass1.sources import parse_run_config, read_pass1_csv
+
+    config = parse_run_config(metrics, run)
+    spec = config.source("csv")
+    if spec is None or config.figure_source != "csv" or steps == "all":
+        return []
+    options = spec.options
+    table = read_pass1_csv(
+        options["path"],
+        step_column=options["step_column"],
+        pass1_column=options["pass1_column"],
+        scale=options["scale"],
+    )
+    absent = sorted(set(params.step_list(steps, f"runs.{run}.steps") or []) - set(table["step"]))
+    if not absent:
+        return []
+    return [f"pass@1 CSV {options['path']} has no value for run {run} at step(s) {absent}"]

@@ -99,7 +99,7 @@ _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         },
     ),
     "wandb_offline": (("path",), {"metric_key": None, "step_key": None}),
-    "csv": (("path",), {"step_column": "step", "pass1_column": "pass1"}),
+    "csv": (("path",), {"step_column": "step", "pass1_column": "pass1", "scale": "fraction"}),
     "generated": ((), {}),
 }
 
@@ -162,6 +162,11 @@ def _source_options(run: str, name: str, raw: Any, wandb_defaults: Mapping[str, 
             raise ConfigError(f"{where}.{key} is missing: the {name} source needs {needs}")
     if name == "wandb":
         wandb_run_ref(options, where)  # refuses an incomplete or ambiguous run reference now
+    if name == "csv" and options["scale"] not in SCALES:
+        raise ConfigError(
+            f"{where}.scale is {options['scale']!r}: use fraction (pass@1 in [0, 1]) or "
+            "percent (in [0, 100], divided by 100)"
+        )
     if name in WANDB_SOURCES:
         options["metric_key"] = str(
             options["metric_key"] or wandb_defaults.get("metric_key") or DEFAULT_METRIC_KEY
@@ -184,7 +189,9 @@ def parse_run_config(metrics_params: Mapping[str, Any] | None, run: str) -> RunP
 
     Raises:
         ConfigError: an unknown source name or option, a missing required option, both W&B
-            sources listed, or a ``figure_source`` the run does not list.
+            sources listed, or a ``figure_source`` the run does not list (``figure_source:
+            wandb`` follows the run's one W&B source: it means ``wandb_offline`` when that is
+            the one listed, and the other way round).
     """
     metrics_params = metrics_params or {}
     wandb_defaults = metrics_params.get("wandb_defaults") or {}
@@ -221,6 +228,10 @@ def parse_run_config(metrics_params: Mapping[str, Any] | None, run: str) -> RunP
         )
     figure_source = cfg.get("figure_source")
     names = [spec.name for spec in specs]
+    if figure_source in WANDB_SOURCES and figure_source not in names:
+        # the run's one W&B source, online or offline: switching `wandb` to `wandb_offline`
+        # (or back) needs no second edit of figure_source
+        figure_source = next((name for name in names if name in WANDB_SOURCES), figure_source)
     if figure_source is not None and figure_source not in names:
         raise ConfigError(
             f"metrics.runs.{run}.figure_source is {figure_source!r} but the run lists "
@@ -496,8 +507,37 @@ def history_from_rows(
             n_both - n_agree,
             n_both,
         )
-    table = pd.DataFrame.from_records(records, columns=HISTORY_COLUMNS)
-    return table.astype(_HISTORY_DTYPES)
+    table = pd.DataFrame.from_records(records, columns=HISTORY_COLUMNS).astype(_HISTORY_DTYPES)
+    check_pass1_range(table, where=f"{where}, key {metric_key}", hint=_WANDB_RANGE_HINT)
+    return table
+
+
+#: pass@1 scales a CSV source accepts (``scale``): fraction in [0, 1], percent in [0, 100].
+SCALES = ("fraction", "percent")
+_WANDB_RANGE_HINT = "point metric_key at a pass@1 key (a fraction, e.g. val-core/<data>/acc/mean@1)"
+_CSV_RANGE_HINT = "if the file holds percentages set `scale: percent` on the csv source"
+
+
+def check_pass1_range(table: pd.DataFrame, *, where: str, hint: str) -> None:
+    """Refuse pass@1 values outside [0, 1] (a percentage, an accuracy count, a loss).
+
+    Args:
+        table: ``step`` (int), ``pass1`` (float; NaN allowed, it is left out later).
+        where: the file/run and column, as named in the message.
+        hint: what to do, appended to the message.
+
+    Raises:
+        InputDataError: the first value outside [0, 1], its step and how many there are.
+    """
+    values = table["pass1"]
+    bad = table[(values < 0) | (values > 1)]
+    if bad.empty:
+        return
+    first = bad.iloc[0]
+    raise InputDataError(
+        f"{where}: pass@1 {first['pass1']:g} at step {int(first['step'])} is outside [0, 1] "
+        f"({len(bad)} of {len(table)} value(s), largest {bad['pass1'].max():g}); {hint}"
+    )
 
 
 # ------------------------------------------------------------------ W&B online
@@ -770,8 +810,10 @@ def iter_offline_history_rows(path: str | os.PathLike) -> Iterator[dict[str, Any
     nothing is uploaded and no telemetry is sent, and keeps the ``history`` records.
 
     Raises:
-        InputDataError: the folder is missing, the reader fails (its first error line), or the
-            log holds no history row at all (empty, truncated or not a W&B log).
+        InputDataError: the folder is missing, the reader fails (its first error line), the
+            log ends in an incomplete record (a file truncated by a copy, a full disk, or a run
+            killed or still running: its rows would be a shorter history), or it holds no
+            history row at all (empty or not a W&B log).
     """
     wandb_file = find_offline_run_file(path)
     n_rows = 0
@@ -800,12 +842,24 @@ def iter_offline_history_rows(path: str | os.PathLike) -> Iterator[dict[str, Any
                 n_rows += 1
                 yield row
         stderr.seek(0)
-        lines = (line.strip() for line in stderr if line.strip())
+        lines = (
+            line.strip().removeprefix("wandb leet inspect: ") for line in stderr if line.strip()
+        )
         if proc.returncode != 0:
             message = next(lines, f"exit status {proc.returncode}")
-            raise InputDataError(f"cannot read W&B offline run {wandb_file}: {message}")
+            raise InputDataError(
+                f"cannot read W&B offline run file {wandb_file} (not a readable W&B "
+                f"transaction log: {message}); point `path` at a wandb/offline-run-* folder"
+            )
+        first = next(lines, None)
+        if first is not None and "incomplete" in first:
+            raise InputDataError(
+                f"W&B offline run file {wandb_file} is truncated or incomplete ({n_rows} "
+                f"history row(s) readable; wandb leet inspect: {first}): copy the whole run "
+                "folder again, or wait until the run has finished"
+            )
         if n_rows == 0:
-            message = next(lines, "the log is empty")
+            message = first or "the log is empty"
             raise InputDataError(
                 f"W&B offline run {wandb_file} holds no history rows ({message}); point `path` "
                 "at a run folder that logged its metrics (wandb/offline-run-*)"
@@ -838,16 +892,25 @@ def read_wandb_offline_history(
 
 
 def read_pass1_csv(
-    path: str | os.PathLike, *, step_column: str = "step", pass1_column: str = "pass1"
+    path: str | os.PathLike,
+    *,
+    step_column: str = "step",
+    pass1_column: str = "pass1",
+    scale: str = "fraction",
 ) -> pd.DataFrame:
     """Read ``step, pass1`` from a user CSV (rows with an empty pass@1 are left out).
 
+    Args:
+        scale: ``fraction`` (values in [0, 1], as they are) or ``percent`` (values in
+            [0, 100], divided by 100).
+
     Returns:
-        ``step`` (int64), ``pass1`` (float64) in file order.
+        ``step`` (int64), ``pass1`` (float64, a fraction in [0, 1]) in file order.
 
     Raises:
         InputDataError: the file is missing or unreadable, a column is missing (the message
-            lists those it has), or a value is not a number / a step not an integer.
+            lists those it has), a value is not a number / a step not an integer, or a
+            pass@1 (after scaling) is outside [0, 1] (:func:`check_pass1_range`).
     """
     path = Path(path)
     if not path.is_file():
@@ -868,9 +931,16 @@ def read_pass1_csv(
     where = f"pass@1 CSV {path}, column"
     steps = [_as_step(value, f"{where} {step_column}") for value in frame[step_column]]
     values = [_as_float(value, f"{where} {pass1_column}") for value in frame[pass1_column]]
-    return pd.DataFrame(
-        {"step": pd.Series(steps, dtype="int64"), "pass1": pd.Series(values, dtype="float64")}
+    divisor = 100.0 if scale == "percent" else 1.0
+    table = pd.DataFrame(
+        {
+            "step": pd.Series(steps, dtype="int64"),
+            "pass1": pd.Series(values, dtype="float64") / divisor,
+        }
     )
+    shown = f"{where} {pass1_column}" + (" (scale: percent, divided by 100)" if divisor > 1 else "")
+    check_pass1_range(table, where=shown, hint=_CSV_RANGE_HINT)
+    return table
 
 
 def pass1_from_summary(summary_by_step: pd.DataFrame, run: str) -> pd.DataFrame:

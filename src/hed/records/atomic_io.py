@@ -180,19 +180,22 @@ def atomic_path(target: str | os.PathLike, *, mode: int | None = None) -> Iterat
         OutputWriteError: the folder cannot be created or written, or the rename failed.
     """
     target = Path(target)
+    created = _missing_folders(str(target.parent))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise write_error(target, exc) from None
-    temp = Path(new_temporary(target))
+        temp = Path(new_temporary(target))
+    except (OSError, OutputWriteError) as exc:
+        _remove_empty(created)
+        raise exc if isinstance(exc, OutputWriteError) else write_error(target, exc) from None
     try:
         yield temp
         if mode is not None:
             os.chmod(temp, mode)
+        commit_temporary(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)
+        _remove_empty(created)  # a version folder left empty by the failure goes too
         raise
-    commit_temporary(temp, target)
 
 
 @contextmanager
@@ -269,18 +272,57 @@ def _running(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
+def _missing_folders(folder: str) -> tuple[str, ...]:
+    """The ancestors of ``folder`` (itself included) that do not exist yet, outermost first."""
+    missing: list[str] = []
+    folder = os.path.abspath(folder)
+    while folder and not os.path.exists(folder):
+        missing.append(folder)
+        up = os.path.dirname(folder)
+        if up == folder:
+            break
+        folder = up
+    return tuple(reversed(missing))
+
+
+def _remove_empty(folders: tuple[str, ...]) -> None:
+    """Remove ``folders`` (outermost first, as :func:`_missing_folders` lists them) from the
+    deepest up, stopping at the first one that is not empty."""
+    for folder in reversed(folders):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+
+
 class _AtomicLocalFile(LocalFileOpener):
     """A write-mode local file that appears at its path only when closed successfully."""
 
-    def __init__(self, path: str, mode: str, fs: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self, path: str, mode: str, fs: Any = None, created: tuple[str, ...] = (), **kwargs: Any
+    ) -> None:
         self._aborted = False
+        self._created = created  # folders the open created (deepest last), removed on failure
         kwargs.pop("autocommit", None)  # fsspec's open() passes it; this file always commits itself
         super().__init__(path, mode, autocommit=False, fs=fs, **kwargs)
 
     def _open(self) -> None:
         if self.f is None or self.f.closed:
-            self.temp = new_temporary(self.path)
+            try:
+                self.temp = new_temporary(self.path)
+            except OutputWriteError:
+                self._remove_created_folders()
+                raise
             self.f = open(self.temp, mode=self.mode)
+
+    def write(self, data: Any) -> int:
+        """Write ``data``; an ``OSError`` (disk full) discards the file and raises
+        :class:`~hed.errors.OutputWriteError` naming the target."""
+        try:
+            return self.f.write(data)
+        except OSError as exc:
+            self._fail()
+            raise write_error(self.path, exc) from None
 
     def abort(self) -> None:
         """Discard what was written when the file is closed."""
@@ -289,23 +331,39 @@ class _AtomicLocalFile(LocalFileOpener):
     def close(self) -> None:
         if self.f is None or getattr(self, "_done", False):
             return
-        self._done = True
         if self._aborted:
-            self.f.close()
-            self.discard()
+            self._fail()
             return
+        self._done = True
         try:
             self.f.flush()
         except OSError as exc:
-            self.f.close()
-            self.discard()
+            self._fail()
             raise write_error(self.path, exc) from None
         self.f.close()
-        commit_temporary(self.temp, self.path)
+        try:
+            commit_temporary(self.temp, self.path)
+        except OutputWriteError:
+            self._remove_created_folders()
+            raise
+
+    def _fail(self) -> None:
+        """Close without committing (a failed flush of the rest is expected on a full disk),
+        remove the temporary file and the folders this open created (a version folder)."""
+        self._done = True
+        try:
+            self.f.close()
+        except OSError:
+            pass
+        self.discard()
+        self._remove_created_folders()
 
     def discard(self) -> None:
         if os.path.exists(self.temp):
             os.remove(self.temp)
+
+    def _remove_created_folders(self) -> None:
+        _remove_empty(self._created)
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:
@@ -332,11 +390,12 @@ class AtomicLocalFileSystem(LocalFileSystem):
     def _open(self, path: str, mode: str = "rb", block_size: Any = None, **kwargs: Any) -> Any:
         if "w" in mode or "x" in mode:
             path = self._strip_protocol(path)
+            created = _missing_folders(self._parent(path))
             try:
                 self.makedirs(self._parent(path), exist_ok=True)
             except OSError as exc:
                 raise write_error(path, exc) from None
-            return _AtomicLocalFile(path, mode, fs=self, **kwargs)
+            return _AtomicLocalFile(path, mode, fs=self, created=created, **kwargs)
         return super()._open(path, mode, block_size=block_size, **kwargs)
 
     def open(self, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:

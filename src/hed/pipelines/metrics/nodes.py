@@ -71,7 +71,7 @@ def fetch_wandb_history(
 
 
 def read_csv_pass1(metrics_params: dict[str, Any], *, run: str) -> pd.DataFrame:
-    """Read the ``csv`` source of ``run`` (``path``, ``step_column``, ``pass1_column``).
+    """Read the ``csv`` source of ``run`` (``path``, ``step_column``, ``pass1_column``, ``scale``).
 
     Returns:
         step, pass1 in file order.
@@ -81,7 +81,10 @@ def read_csv_pass1(metrics_params: dict[str, Any], *, run: str) -> pd.DataFrame:
     """
     options = parse_run_config(metrics_params, run).source("csv").options
     return read_pass1_csv(
-        options["path"], step_column=options["step_column"], pass1_column=options["pass1_column"]
+        options["path"],
+        step_column=options["step_column"],
+        pass1_column=options["pass1_column"],
+        scale=options["scale"],
     )
 
 

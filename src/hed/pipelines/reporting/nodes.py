@@ -118,8 +118,8 @@ def plan_figures(
 
     Missing (an error in strict mode, listed all together in one message): the with_clip /
     without_clip pair, ``reporting.fig3.steps``, word records of a Figure 3 (run, step), any
-    pass@1 of a run, summary rows of a run or of one of its configured steps. Always only
-    listed: single steps without pass@1. Non-strict mode lists everything in ``omissions``
+    pass@1 of a run or at one of its plotted steps, summary rows of a run or of one of its
+    configured steps. Non-strict mode lists everything in ``omissions``
     (logged as warnings and kept in ``resolved_config``) and draws what exists; without
     ``fig3.steps`` it uses :func:`fallback_fig3_steps` of the steps that have word records.
 
@@ -151,6 +151,8 @@ def plan_figures(
     for run, _ in panels:
         missing += _summary_gaps(summary_by_step, run, _configured_steps(runs.get(run)))
         gap, note = _pass1_gaps(pass1_for_figures, summary_by_step, run)
+        if strict:  # a pass@1 missing at one plotted step is an error too (README)
+            gap, note = gap + note, []
         missing, notes = missing + gap, notes + note
 
     mass = sampled_words(token_probability_mass_high_entropy)

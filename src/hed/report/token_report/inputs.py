@@ -20,6 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from hed.decode.loading import load_tokenizer as checkpoint_tokenizer
+from hed.errors import CheckpointError
 from hed.report.token_report.options import RECORD_COLUMNS
 
 logger = logging.getLogger(__name__)
@@ -69,14 +71,14 @@ def read_response_records(
 
 
 def load_tokenizer(model_dir: str | Path | None) -> Any | None:
-    """The tokenizer saved in ``model_dir`` (local files only), or None when it cannot load."""
+    """The tokenizer saved in ``model_dir`` (:func:`hed.decode.loading.load_tokenizer`, local
+    files only), or None when it cannot load: the page then names alternatives from the
+    records' own texts."""
     if not model_dir or not Path(model_dir).is_dir():
         return None
     try:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    except Exception as exc:  # any failure means: fall back to the records' own texts
+        return checkpoint_tokenizer(str(model_dir))
+    except CheckpointError as exc:  # fall back to the records' own texts
         logger.warning("token report: no tokenizer in %s (%s)", model_dir, exc)
         return None
 

@@ -196,16 +196,17 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
 
 
 #: Sections whose nodes take the parsed object (``GenerationParams.of``,
-#: ``AggregationParams.of``, ``rescoring_section`` accept it): the pre-run check hands these
-#: to them in place of the raw dict.
-TYPED_SECTIONS = ("generation", "aggregation", "rescoring")
+#: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section`` accept it): the
+#: pre-run check hands these to them in place of the raw dict.
+TYPED_SECTIONS = ("generation", "aggregation", "reporting", "rescoring")
 
 
 def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
     """Put the parsed sections of :data:`TYPED_SECTIONS` into the run's catalog.
 
     ``params:generation`` then holds a :class:`~hed.config.params.GenerationParams`,
-    ``params:aggregation`` an :class:`~hed.config.params.AggregationParams` and
+    ``params:aggregation`` an :class:`~hed.config.params.AggregationParams`,
+    ``params:reporting`` a :class:`~hed.config.params.ReportingParams` and
     ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`: the nodes read
     attributes, nothing is parsed again. The whole ``parameters`` dataset (what
     ``resolved_config`` records) is left as configured.

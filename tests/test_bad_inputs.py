@@ -1939,6 +1939,264 @@ def _(t: Ctx) -> Expect:
     )
 
 
+# ------------------------------------------------------------------ pass@1 values, full disk,
+# ------------------------------------------------------------------ vocabularies, node names
+
+
+@case("metrics-csv-percent")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "dapo.csv", "step,pass1\n0,10\n20,25\n80,40\n")
+    params = metrics_params({"csv": {"path": str(path)}})
+    return Expect(
+        lambda: read_csv_pass1(params, run="dapo"),
+        InputDataError,
+        (str(path), "column pass1", "pass@1 10 at step 0 is outside [0, 1]", "scale: percent"),
+    )
+
+
+@case("metrics-csv-percent-out-of-range")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "dapo.csv", "step,acc\n0,10\n20,250\n")
+    params = metrics_params({"csv": {"path": str(path), "pass1_column": "acc", "scale": "percent"}})
+    return Expect(
+        lambda: read_csv_pass1(params, run="dapo"),
+        InputDataError,
+        (str(path), "column acc (scale: percent", "pass@1 2.5 at step 20", "outside [0, 1]"),
+    )
+
+
+@case("metrics-csv-scale-unknown")
+def _(t: Ctx) -> Expect:
+    params = metrics_params({"csv": {"path": "x.csv", "scale": "percentage"}})
+    return Expect(
+        lambda: parse_run_config(params, "dapo"),
+        ConfigError,
+        ("metrics.runs.dapo.sources.csv.scale", "'percentage'", "fraction", "percent"),
+    )
+
+
+@case("metrics-wandb-out-of-range")
+def _(t: Ctx) -> Expect:
+    from hed.pass1.sources import history_from_rows
+
+    rows = [{"_step": s, "training/global_step": s, "acc": v} for s, v in ((0, 0.1), (5, 12.5))]
+    return Expect(
+        lambda: history_from_rows(
+            rows, metric_key="acc", step_key="training/global_step", where="W&B run team/p/abc"
+        ),
+        InputDataError,
+        ("W&B run team/p/abc, key acc", "pass@1 12.5 at step 5", "outside [0, 1]", "metric_key"),
+    )
+
+
+@case("metrics-offline-log-truncated")
+def _(t: Ctx) -> Expect:
+    import wandb
+
+    from tests.pass1.test_pass1_sources import offline_wandb_run
+
+    with offline_wandb_run(t.tmp, "hed-truncated") as run:
+        for step in range(1, 41):
+            run.log({"val-core/aime2025/acc/mean@1": step / 100, "training/global_step": step})
+        folder = Path(run.dir).parent
+        run.finish()
+        wandb.teardown()
+    log = next(folder.glob("run-*.wandb"))
+    data = log.read_bytes()
+    log.write_bytes(data[: len(data) // 2])  # a copy cut half-way (a full disk, a killed rsync)
+    params = metrics_params({"wandb_offline": {"path": str(folder)}})
+    return Expect(
+        lambda: fetch_wandb_history(params, run="dapo"),
+        InputDataError,
+        (str(log), "is truncated or incomplete", "history row(s) readable", "copy the whole"),
+    )
+
+
+@case("reporting-strict-pass1-missing-at-step")
+def _(t: Ctx) -> Expect:
+    pass1 = reporting_inputs()["pass1"]
+    pass1 = pass1[~((pass1["run"] == "dapo_with_clip") & (pass1["step"] == 80))]
+    return Expect(
+        plan(STRICT, pass1=pass1),
+        ConfigError,
+        ("reporting.strict is true", "run dapo_with_clip: no pass@1 at step(s) [80]"),
+    )
+
+
+@case("params-strict-csv-step-missing")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "pass1.csv", "step,pass1\n0,0.1\n20,0.2\n")
+    runs = {
+        "a": {"role": "with_clip", "checkpoint_root": str(t.tmp), "steps": [0, 20, 80]},
+        "b": {"role": "without_clip", "checkpoint_root": str(t.tmp), "steps": [0, 20]},
+    }
+    source = {"sources": {"csv": {"path": str(path)}}}
+    reporting = {"strict": True, "fig3": {"steps": [0, 20]}}
+    return Expect(
+        strict_preflight(runs, reporting, {"runs": {"a": source, "b": source}}),
+        ConfigError,
+        ("reporting.strict is true", f"pass@1 CSV {path} has no value for run a at step(s) [80]"),
+    )
+
+
+def full_disk(t: Ctx, limit: int = 512) -> None:
+    """Every file HED's atomic writer opens fails with ENOSPC after ``limit`` bytes."""
+
+    class FullDiskFile:
+        def __init__(self, handle: Any) -> None:
+            self._handle, self._written = handle, 0
+
+        def write(self, data: Any) -> int:
+            self._written += len(data)
+            if self._written > limit:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self._handle.write(data)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._handle, name)
+
+    install_atomic_local_writes()  # as settings.py does for every kedro run
+    t.monkeypatch.setattr(
+        "hed.records.atomic_io.open",
+        lambda path, mode="r", *a, **k: FullDiskFile(open(path, mode, *a, **k)),
+        raising=False,
+    )
+
+
+def disk_full_case(t: Ctx, config: dict[str, Any], data: Any) -> Expect:
+    """Save ``data`` through a versioned catalog entry ``out`` on a disk that fills up."""
+    reporting = t.tmp / "08_reporting"
+    reporting.mkdir()
+    target = reporting / Path(config["filepath"]).name
+    catalog = DataCatalog.from_config(
+        {"out": {**config, "filepath": str(target), "versioned": True}}
+    )
+    full_disk(t)
+    return Expect(
+        lambda: catalog.save("out", data),
+        OutputWriteError,
+        (str(target), "No space left on device", "free disk space"),
+        outputs=(target,),  # no file, no temporary, no empty version folder in 08_reporting
+    )
+
+
+def big_figure() -> Any:
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(4, 3))
+    figure.add_subplot().plot(np.arange(100), np.sin(np.arange(100)))
+    return figure
+
+
+@case("outputs-disk-full-figure")
+def _(t: Ctx) -> Expect:
+    return disk_full_case(
+        t, {"type": "matplotlib.MatplotlibDataset", "filepath": "figure2.png"}, big_figure()
+    )
+
+
+@case("outputs-disk-full-html")
+def _(t: Ctx) -> Expect:
+    page = "<html><body>" + "<span>wait</span>" * 200 + "</body></html>"
+    return disk_full_case(t, {"type": "text.TextDataset", "filepath": "token_report.html"}, page)
+
+
+@case("outputs-disk-full-json")
+def _(t: Ctx) -> Expect:
+    data = {"artifacts": {f"figure_{i}": "x" * 40 for i in range(40)}}
+    return disk_full_case(t, {"type": "json.JSONDataset", "filepath": "resolved_config.json"}, data)
+
+
+@case("outputs-disk-full-csv")
+def _(t: Ctx) -> Expect:
+    table = pd.DataFrame({"word": ["wait"] * 200, "count": range(200)})
+    return disk_full_case(t, {"type": "pandas.CSVDataset", "filepath": "figure3.csv"}, table)
+
+
+@case("outputs-disk-full-parquet")
+def _(t: Ctx) -> Expect:
+    table = pd.DataFrame({"entropy": np.linspace(0, 1, 2000)})
+    return disk_full_case(t, {"type": "pandas.ParquetDataset", "filepath": "table.parquet"}, table)
+
+
+def vocab_folder(path: Path, vocab_size: int, vocab: dict[str, int] | None = None) -> Path:
+    folder = hf_folder(path)
+    config = {"model_type": "llama", "vocab_size": vocab_size}
+    (folder / "config.json").write_text(json.dumps(config))
+    tokenizer = {"model": {"type": "BPE", "vocab": vocab or {"a": 0, "b": 1}}, "added_tokens": []}
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    return folder
+
+
+@case("checkpoints-vocab-size-differs")
+def _(t: Ctx) -> Expect:
+    vocab_folder(t.tmp / "global_step_0" / "actor_hf", 49152)
+    late = vocab_folder(t.tmp / "global_step_20" / "actor_hf", 49216)
+    return Expect(
+        resolve(t.tmp, steps=(0, 20)),
+        CheckpointError,
+        ("run dapo", f"step 20 ({late})", "vocabulary size 49,216 vs 49,152 at step 0"),
+    )
+
+
+@case("checkpoints-tokenizer-differs")
+def _(t: Ctx) -> Expect:
+    vocab_folder(t.tmp / "global_step_0" / "actor_hf", 64)
+    vocab_folder(t.tmp / "global_step_20" / "actor_hf", 64, {"a": 1, "b": 0})
+    return Expect(
+        resolve(t.tmp, steps=(0, 20)),
+        CheckpointError,
+        ("run dapo", "step 20", "tokenizer a different token vocabulary at step 0"),
+    )
+
+
+def node_filters(**filters: list[str]) -> Callable[[], Any]:
+    """:func:`hed.pipeline_registry.check_node_filters` on a two-step aggregation pipeline."""
+    from hed.pipeline_registry import check_node_filters
+    from hed.pipelines.dynamics.pipeline import step_pipeline
+
+    pipeline = step_pipeline("dapo", 0) + step_pipeline("dapo", 20)
+    return lambda: check_node_filters(pipeline, **filters)
+
+
+@case("runner-nodes-unknown")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        node_filters(node_names=["dapo.step_20.tabulate_advantage_covariance_"]),
+        ConfigError,
+        ("--nodes dapo.step_20.tabulate_advantage_covariance_", "did you mean"),
+    )
+
+
+@case("runner-from-nodes-without-namespace")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        node_filters(from_nodes=["tabulate_entropy_by_correctness"]),
+        ConfigError,
+        (
+            "--from-nodes tabulate_entropy_by_correctness",
+            "dapo.step_0.tabulate_entropy_by_correctness",
+            "dapo.step_20.tabulate_entropy_by_correctness",
+        ),
+    )
+
+
+@case("runner-to-nodes-unknown")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        node_filters(to_nodes=["no_such_node"]), ConfigError, ("--to-nodes no_such_node",)
+    )
+
+
+@case("runner-tags-unknown")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        node_filters(tags=["step_02"]),
+        ConfigError,
+        ("--tags step_02", "no such tag", "did you mean step_0"),
+    )
+
+
 # ------------------------------------------------------------------ the tests
 
 
@@ -1951,8 +2209,11 @@ def _one_torch_thread():
 
 
 #: cases that run a vLLM engine (not run where vLLM cannot be installed: tests/vllm_gate.py)
-VLLM_CASES = {"generation-vllm-architecture", "generation-vllm-prompt-too-long",
-              "generation-vllm-kv-cache"}
+VLLM_CASES = {
+    "generation-vllm-architecture",
+    "generation-vllm-prompt-too-long",
+    "generation-vllm-kv-cache",
+}
 
 
 @pytest.mark.parametrize(
@@ -2011,3 +2272,67 @@ def test_the_catalogue_covers_every_area():
         "mini",
     }
     assert len(CASES) >= 25
+
+
+# ------------------------------------------------------------------ what the cases above refuse,
+# ------------------------------------------------------------------ accepted when declared
+
+
+def test_a_percent_csv_with_scale_percent_reads_as_fractions(tmp_path):
+    path = write_text(tmp_path / "dapo.csv", "step,pass1\n0,10\n20,25\n80,40\n")
+    params = metrics_params({"csv": {"path": str(path), "scale": "percent"}})
+    table = read_csv_pass1(params, run="dapo")
+    assert table["step"].tolist() == [0, 20, 80]
+    assert table["pass1"].tolist() == [0.10, 0.25, 0.40]
+
+
+def test_figure_source_wandb_follows_the_switch_to_wandb_offline(tmp_path):
+    sources = {"wandb_offline": {"path": str(tmp_path)}, "generated": {}}
+    params = metrics_params(sources, figure_source="wandb")
+    assert parse_run_config(params, "dapo").figure_source == "wandb_offline"
+    with pytest.raises(ConfigError, match="figure_source is 'csv' but the run lists"):
+        parse_run_config(metrics_params(sources, figure_source="csv"), "dapo")
+
+
+def test_one_sample_per_prompt_warns_once_naming_the_parameter(caplog):
+    from hed.pipelines.dynamics.nodes import warn_single_sample_groups
+
+    table = pd.DataFrame(
+        {
+            "run": ["one"] * 3 + ["eight"] * 3 + ["ungraded"],
+            "step": [0, 20, 80] * 2 + [0],
+            "n_responses": [24] * 3 + [192] * 3 + [0],
+            "n_single_sample_responses": [24] * 3 + [0] * 3 + [0],
+        }
+    )
+    with caplog.at_level("WARNING"):
+        assert warn_single_sample_groups(table) == ["one"]
+    warned = [r.getMessage() for r in caplog.records if "one sample per prompt" in r.getMessage()]
+    assert len(warned) == 1 and "\n" not in warned[0]
+    assert warned[0].startswith("dynamics: run(s) one have one sample per prompt")
+    assert "generation.samples_per_prompt: 1" in warned[0]
+    assert "Cov(log π, A) = 0 and zero-advantage share 1.0" in warned[0]
+
+
+def test_a_verl_parquet_gives_the_user_message_and_ground_truth(tmp_path):
+    """verl's RL data: ``prompt`` a list of chat messages, the answer in
+    ``reward_model.ground_truth`` (docs/configuration.md, "Prompts from verl's parquet")."""
+    path = tmp_path / "aime24.parquet"
+    pd.DataFrame(
+        {
+            "data_source": ["aime24", "aime24"],
+            "prompt": [
+                [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"}],
+                [{"role": "user", "content": "2+3?"}],
+            ],
+            "reward_model": [
+                {"style": "rule", "ground_truth": "2"},
+                {"style": "rule", "ground_truth": "5"},
+            ],
+        }
+    ).to_parquet(path)
+    params = {**PROMPT_PARAMS, "prompt_columns": ["prompt"]}
+    params["answer_column"] = "reward_model.ground_truth"
+    prompts = prompt_node_run(path, params)()["prompts"]
+    assert prompts["prompt"].tolist() == ["1+1?", "2+3?"]
+    assert prompts["answer"].tolist() == ["2", "5"]

@@ -74,6 +74,11 @@ def test_analyses_pipeline_tables_and_figures(tmp_path):
     catalog["pass1_for_figures"] = MemoryDataset(pd.DataFrame(pass1))
     catalog["params:analyses"] = MemoryDataset({"reference_run": "a", "dpi": 40})
     catalog["params:runs"] = MemoryDataset(RUNS)
+    catalog["params:metrics"] = MemoryDataset({"runs": {}})  # no W&B source: no trainer entropy
+    catalog["params:generation"] = MemoryDataset(
+        {"temperature": 1.0, "samples_per_prompt": 4, "max_new_tokens": 8}
+    )
+    catalog["pass1"] = MemoryDataset(pd.DataFrame(pass1))
     SequentialRunner().run(create_pipeline(layout, params={}), catalog)
 
     table = catalog.load("pass_at_k")
@@ -100,7 +105,41 @@ def test_analyses_pipeline_tables_and_figures(tmp_path):
     assert b16["pass_at_max_k"] == pytest.approx(1.0) and b16["max_k"] == 4
     assert b16["delta_pass_at_max_k"] == pytest.approx(0.0)
 
+    trainer = catalog.load("trainer_entropy")
+    assert len(trainer) == 6 and trainer["trainer_entropy"].isna().all()
+    assert trainer["hed_mean_entropy"].tolist() == pytest.approx([1.2, 0.9, 0.6] * 2)
+
     for name in ("pass_at_k_png", "entropy_performance_fit_png", "runs_comparison_png"):
         path = Path(catalog.get(name)._get_load_path())
         with Image.open(path) as image:
             assert image.size[0] > 100 and image.size[1] > 80, name
+
+
+def test_the_comparison_takes_the_mismatch_measures_only():
+    from hed.pipelines.analyses.nodes import build_runs_comparison
+
+    summary = pd.DataFrame(
+        {
+            "run": ["a"],
+            "step": [0],
+            "n_tokens": [10],
+            "mean_entropy": [1.0],
+            "n_high_entropy_anthropomorphic": [1],
+        }
+    )
+    mismatch = pd.DataFrame(
+        {
+            "run": ["a", "a"],
+            "step": [0, 0],
+            "subset": ["all", "other"],
+            "n_tokens": [10, 8],
+            "kl_k3": [0.002, 0.001],
+            "ratio_outside_share": [0.0, 0.0],
+            "ratio_low": [0.5, 0.5],
+        }
+    )
+    pass1 = pd.DataFrame({"run": ["a"], "step": [0], "pass1": [0.5]})
+    out = build_runs_comparison(summary, pass1, pd.DataFrame(), {}, {"a": {}}, mismatch=mismatch)
+    assert out["mismatch_kl_k3"].tolist() == [0.002]
+    assert "mismatch_ratio_low" not in out and "mismatch_n_tokens" not in out
+    assert out["anthropomorphic_per_1k_tokens"].tolist() == [100.0]

@@ -162,6 +162,11 @@ class AggregationParams:
     chunk_records: int
     lexicon: Any
 
+    @classmethod
+    def of(cls, value: Any) -> AggregationParams:
+        """``value`` if already parsed, else :func:`aggregation_params` of it."""
+        return value if isinstance(value, cls) else aggregation_params(value)
+
 
 def aggregation_params(value: Any) -> AggregationParams:
     """Check ``params:aggregation`` (ρ in (0, 1], ``chunk_records``, the lexicon).
@@ -193,12 +198,25 @@ class ReportingParams:
         top_n_words: words per Figure 3 panel, ≥ 1.
         fig3_steps: ``reporting.fig3.steps`` sorted, or ``None`` (first/middle/last).
         raw: the section as a dict.
+        fig2_measure: what Figure 2's bars measure (:func:`fig2_measure_param`).
+        figure2, figure3: the figures' style (``panel_size``, ``dpi``), each default filled in.
+        token_report: the ``reporting.token_report`` section as given (parsed by
+            :func:`hed.report.token_report.token_report_options`).
     """
 
     strict: bool
     top_n_words: int
     fig3_steps: list[int] | None
     raw: Mapping[str, Any]
+    fig2_measure: str = "count"
+    figure2: Mapping[str, Any] | None = None
+    figure3: Mapping[str, Any] | None = None
+    token_report: Any = None
+
+    @classmethod
+    def of(cls, value: Any) -> ReportingParams:
+        """``value`` if already parsed, else :func:`reporting_params` of it."""
+        return value if isinstance(value, cls) else reporting_params(value)
 
 
 def reporting_section(reporting: Any) -> dict[str, Any]:
@@ -211,6 +229,8 @@ def reporting_section(reporting: Any) -> dict[str, Any]:
         ConfigError: the section, ``fig3``, ``figure2`` or ``figure3`` is not a mapping, or
             ``strict`` is not ``true``/``false``.
     """
+    if isinstance(reporting, ReportingParams):  # handed to the node parsed: as configured
+        return dict(reporting.raw)
     raw = section(reporting, "reporting")
     for key in ("fig3", "figure2", "figure3"):
         if raw.get(key) is not None:
@@ -240,7 +260,8 @@ def top_n_words_param(reporting: Mapping[str, Any]) -> int:
 
 
 def reporting_params(value: Any) -> ReportingParams:
-    """Check ``params:reporting`` (shape, ``strict``, ``top_n_words``, ``fig3.steps``).
+    """Check ``params:reporting`` (shape, ``strict``, ``top_n_words``, ``fig3.steps``,
+    ``fig2_measure``) and fill in the figures' style defaults.
 
     Raises:
         ConfigError: the first invalid value.
@@ -251,6 +272,10 @@ def reporting_params(value: Any) -> ReportingParams:
         top_n_words=top_n_words_param(raw),
         fig3_steps=fig3_steps_param(raw),
         raw=raw,
+        fig2_measure=fig2_measure_param(raw),
+        figure2={**SECTIONS["reporting.figure2"], **(raw.get("figure2") or {})},
+        figure3={**SECTIONS["reporting.figure3"], **(raw.get("figure3") or {})},
+        token_report=raw.get("token_report"),
     )
 
 
@@ -306,6 +331,35 @@ def shard_config(generation: Any) -> tuple[int, int]:
     )
 
 
+def top_entropy_frac_param(aggregation: Any) -> Fraction:
+    """``aggregation.top_entropy_frac`` as an exact fraction, from the parsed section or a dict.
+
+    Raises:
+        ConfigError: outside (0, 1] or not a number.
+    """
+    from hed.core.thresholds import validate_top_entropy_frac
+
+    if isinstance(aggregation, AggregationParams):
+        return aggregation.top_entropy_frac
+    raw = section(aggregation, "aggregation")
+    return validate_top_entropy_frac(
+        raw.get("top_entropy_frac", default("aggregation", "top_entropy_frac"))
+    )
+
+
+def lexicon_param(aggregation: Any):
+    """The :class:`hed.core.lexicon.Lexicon` of ``aggregation.lexicon`` (parsed section or dict).
+
+    Raises:
+        ConfigError: the lexicon is missing or invalid.
+    """
+    from hed.core.lexicon import parse_lexicon
+
+    if isinstance(aggregation, AggregationParams):
+        return parse_lexicon(aggregation.lexicon)
+    return parse_lexicon(section(aggregation, "aggregation").get("lexicon"))
+
+
 def chunk_records_param(aggregation: Any, fallback: int | None = None) -> int:
     """``aggregation.chunk_records`` (records per merged chunk; when unset ``fallback``, else
     the section default).
@@ -313,6 +367,8 @@ def chunk_records_param(aggregation: Any, fallback: int | None = None) -> int:
     Raises:
         ConfigError: not a positive integer.
     """
+    if isinstance(aggregation, AggregationParams):
+        return aggregation.chunk_records
     if fallback is None:
         fallback = default("aggregation", "chunk_records")
     value = section(aggregation, "aggregation").get("chunk_records", fallback)
@@ -340,6 +396,7 @@ __all__ = [
     "integer",
     "is_integer",
     "key_origin",
+    "lexicon_param",
     "names",
     "non_negative_int",
     "positive_int",
@@ -349,6 +406,7 @@ __all__ = [
     "section",
     "shard_config",
     "step_list",
+    "top_entropy_frac_param",
     "top_n_words_param",
     "unknown_keys",
 ]

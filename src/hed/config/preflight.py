@@ -184,6 +184,10 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         reporting = parsed["reporting"] = params.reporting_params(load("reporting"))
         if reporting.strict:
             check_strict_completeness(reporting, load("runs") or {}, load("metrics"))
+        if reporting.raw.get("explorer") is not None:  # the study explorer's bounds
+            from hed.report.explorer import explorer_options
+
+            explorer_options(reporting.raw["explorer"])
     if "params:rescoring" in datasets:
         parsed["rescoring"] = rescoring_section(load("rescoring"))
     if "params:publish" in datasets:
@@ -191,15 +195,18 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
     return parsed
 
 
-#: Sections whose nodes take the parsed object (``GenerationParams.of`` / ``rescoring_section``
-#: accept it): the pre-run check hands these to them in place of the raw dict.
-TYPED_SECTIONS = ("generation", "rescoring")
+#: Sections whose nodes take the parsed object (``GenerationParams.of``,
+#: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section`` accept it): the
+#: pre-run check hands these to them in place of the raw dict.
+TYPED_SECTIONS = ("generation", "aggregation", "reporting", "rescoring")
 
 
 def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
     """Put the parsed sections of :data:`TYPED_SECTIONS` into the run's catalog.
 
-    ``params:generation`` then holds a :class:`~hed.config.params.GenerationParams` and
+    ``params:generation`` then holds a :class:`~hed.config.params.GenerationParams`,
+    ``params:aggregation`` an :class:`~hed.config.params.AggregationParams`,
+    ``params:reporting`` a :class:`~hed.config.params.ReportingParams` and
     ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`: the nodes read
     attributes, nothing is parsed again. The whole ``parameters`` dataset (what
     ``resolved_config`` records) is left as configured.
@@ -259,9 +266,38 @@ def check_strict_completeness(
     for name in runs:
         if not ((metric_runs.get(name) or {}).get("sources") or {}):
             gaps.append(f"metrics.runs.{name}.sources is empty: no pass@1 for run {name}")
+        else:
+            gaps += _csv_pass1_gaps(metrics, name, (runs[name] or {}).get("steps", "all"))
     if gaps:
         raise ConfigError(
             "reporting.strict is true but the figures cannot be complete: "
             + "; ".join(f"({i}) {gap}" for i, gap in enumerate(gaps, 1))
             + "; fix these before generating, or set reporting.strict: false to draw what exists"
         )
+
+
+def _csv_pass1_gaps(metrics: Any, run: str, steps: Any) -> list[str]:
+    """The configured steps of ``run`` its ``csv`` figure source has no pass@1 for.
+
+    Only a local CSV that is the run's figure source and an explicit step list are checked
+    here (W&B sources and ``steps: all`` are known only when the metrics pipeline reads
+    them; the reporting node checks those). A CSV that cannot be read raises its own
+    one-line :class:`~hed.errors.InputDataError`.
+    """
+    from hed.pass1.sources import parse_run_config, read_pass1_csv
+
+    config = parse_run_config(metrics, run)
+    spec = config.source("csv")
+    if spec is None or config.figure_source != "csv" or steps == "all":
+        return []
+    options = spec.options
+    table = read_pass1_csv(
+        options["path"],
+        step_column=options["step_column"],
+        pass1_column=options["pass1_column"],
+        scale=options["scale"],
+    )
+    absent = sorted(set(params.step_list(steps, f"runs.{run}.steps") or []) - set(table["step"]))
+    if not absent:
+        return []
+    return [f"pass@1 CSV {options['path']} has no value for run {run} at step(s) {absent}"]

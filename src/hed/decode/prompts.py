@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,35 @@ def pick_prompt_column(frame: pd.DataFrame, candidates: list[str], source: str) 
         f"prompt file {source} has none of the prompt columns {candidates} (it has: {have}); "
         "set `prompts.prompt_columns`"
     )
+
+
+def chat_user_text(value: Any) -> Any:
+    """The user text of a chat-format prompt, as verl's RL parquet files hold it.
+
+    verl's ``prompt`` column is a list of messages ``[{"role": "user", "content": "..."}]``
+    (a system message may come first); HED renders its own chat template
+    (``prompts.apply_chat_template``, ``prompts.system_prompt``), so the content of the last
+    ``user`` message is the prompt. Any other value (a plain string) is returned unchanged.
+    """
+    if (
+        isinstance(value, list | tuple | np.ndarray)
+        and len(value)
+        and all(isinstance(message, Mapping) for message in value)
+    ):
+        users = [message.get("content") for message in value if message.get("role") == "user"]
+        return str(users[-1]) if users and users[-1] is not None else None
+    return value
+
+
+def column_values(frame: pd.DataFrame, name: str) -> pd.Series | None:
+    """Column ``name`` of ``frame``, or a field of a struct column as ``<column>.<field>``
+    (verl's reference answer: ``reward_model.ground_truth``); None when there is neither."""
+    if name in frame.columns:
+        return frame[name]
+    column, _, key = name.partition(".")
+    if not key or column not in frame.columns:
+        return None
+    return frame[column].map(lambda v: v.get(key) if isinstance(v, Mapping) else None)
 
 
 def sample_rows(n_rows: int, num_prompts: int | None, seed: int, source: str) -> np.ndarray:

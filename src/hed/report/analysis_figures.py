@@ -57,8 +57,15 @@ def plot_pass_at_k(table: pd.DataFrame, *, dpi: int = 200) -> Figure:
             for i, step in enumerate(steps):
                 curve = rows[rows["step"] == step].sort_values("k")
                 shade = cmap(0.15 + 0.75 * i / max(1, len(steps) - 1))
-                ax.plot(curve["k"], curve["pass_at_k"], marker="o", markersize=3, color=shade,
-                        linewidth=1.2, label=f"step {step}")  # fmt: skip
+                ax.plot(
+                    curve["k"],
+                    curve["pass_at_k"],
+                    marker="o",
+                    markersize=3,
+                    color=shade,
+                    linewidth=1.2,
+                    label=f"step {step}",
+                )
             ax.set_title(str(run))
             ax.set_xlabel("k (samples per prompt)")
             ax.set_ylabel("pass@k (unbiased)")
@@ -89,8 +96,13 @@ def plot_entropy_performance_fit(
             fit = fits[fits["run"] == run].iloc[0]
             ax.scatter(points["mean_entropy"], points["pass1"], s=14, color=_colour(i), zorder=3)
             for _, p in points.iterrows():
-                ax.annotate(str(int(p["step"])), (p["mean_entropy"], p["pass1"]), fontsize=5,
-                            xytext=(2, 2), textcoords="offset points")  # fmt: skip
+                ax.annotate(
+                    str(int(p["step"])),
+                    (p["mean_entropy"], p["pass1"]),
+                    fontsize=5,
+                    xytext=(2, 2),
+                    textcoords="offset points",
+                )
             label = str(run)
             if pd.notna(fit["a"]):
                 h = np.linspace(0.0, max(float(points["mean_entropy"].max()), 1e-3) * 1.05, 100)
@@ -120,17 +132,23 @@ def plot_runs_comparison(table: pd.DataFrame, measures: Sequence[str], *, dpi: i
     n_cols = min(3, max(1, len(measures)))
     n_rows = max(1, -(-len(measures) // n_cols))
     with _context():
-        fig = Figure(figsize=figure_size(n_cols, n_rows, PANEL_SIZE), dpi=dpi,
-                     layout="constrained")  # fmt: skip
+        fig = Figure(figsize=figure_size(n_cols, n_rows, PANEL_SIZE), dpi=dpi, layout="constrained")
         axes = fig.subplots(n_rows, n_cols, squeeze=False).ravel()
         if not measures:
             _empty(fig, axes[0], "no measure to compare")
         for ax, measure in zip(axes, measures, strict=False):
             for i, run in enumerate(runs):
                 rows = table[table["run"] == run].sort_values("step")
-                ax.plot(rows["step"], rows[measure], marker="o", markersize=3, linewidth=1.2,
-                        color=_colour(i), linestyle="--" if run == reference else "-",
-                        label=f"{run}{' (reference)' if run == reference else ''}")  # fmt: skip
+                ax.plot(
+                    rows["step"],
+                    rows[measure],
+                    marker="o",
+                    markersize=3,
+                    linewidth=1.2,
+                    color=_colour(i),
+                    linestyle="--" if run == reference else "-",
+                    label=f"{run}{' (reference)' if run == reference else ''}",
+                )
             ax.set_title(measure, fontsize=7)
             ax.set_xlabel("RL training step")
         for ax in axes[len(measures) :]:
@@ -138,4 +156,63 @@ def plot_runs_comparison(table: pd.DataFrame, measures: Sequence[str], *, dpi: i
         if runs:
             axes[0].legend(frameon=False, fontsize=6)
         fig.suptitle("Runs compared per step")
+    return fig
+
+
+#: Subset line styles of the per-subset figures (mismatch, Δlog p).
+SUBSET_STYLE = {
+    "all": {"color": OKABE_ITO["black"], "marker": "o"},
+    "high_entropy": {"color": OKABE_ITO["vermillion"], "marker": "^"},
+    "other": {"color": OKABE_ITO["sky_blue"], "marker": "v"},
+    "anthropomorphic": {"color": OKABE_ITO["reddish_purple"], "marker": "s"},
+    "reasoning": {"color": OKABE_ITO["bluish_green"], "marker": "D"},
+}
+
+
+def plot_subsets_over_steps(
+    table: pd.DataFrame,
+    measures: Sequence[str],
+    labels: Sequence[str],
+    *,
+    title: str,
+    dpi: int = 200,
+) -> Figure:
+    """One row of panels per measure, one column per run, one line per token subset.
+
+    Args:
+        table: run, step, subset and the ``measures`` columns (``sampler_trainer_mismatch``,
+            ``delta_logprob_by_step``).
+        measures: the columns drawn, one row each.
+        labels: their y-axis labels.
+        title: the figure's title.
+        dpi: dots per inch of the saved PNG.
+    """
+    runs = list(dict.fromkeys(table["run"])) if len(table) else []
+    with _context():
+        size = figure_size(max(1, len(runs)), len(measures), PANEL_SIZE)
+        fig = Figure(figsize=size, dpi=dpi, layout="constrained")
+        axes = fig.subplots(len(measures), max(1, len(runs)), squeeze=False)
+        if not runs:
+            _empty(fig, axes[0][0], "no rows")
+        for c, run in enumerate(runs):
+            rows = table[table["run"] == run]
+            axes[0][c].set_title(str(run))
+            for r, (measure, label) in enumerate(zip(measures, labels, strict=True)):
+                ax = axes[r][c]
+                for subset, unsorted in rows.groupby("subset", sort=False):
+                    style = SUBSET_STYLE.get(str(subset), {"color": "#777777", "marker": "."})
+                    group = unsorted.sort_values("step")
+                    ax.plot(
+                        group["step"],
+                        group[measure],
+                        markersize=3,
+                        linewidth=1.1,
+                        label=str(subset),
+                        **style,
+                    )
+                ax.set_ylabel(label, fontsize=6)
+                ax.set_xlabel("RL training step")
+        if runs:
+            axes[0][0].legend(frameon=False, fontsize=6)
+        fig.suptitle(title, wrap=True)
     return fig

@@ -45,16 +45,16 @@ from hed.analysis.step_merge import (
 from hed.analysis.step_summary import step_summary
 from hed.analysis.word_mass import category_probability_mass, token_probability_mass
 from hed.config.params import (
+    AggregationParams,
     GenerationParams,
     chunk_records_param,
-    default,
     generation_mapping,
+    lexicon_param,
     shard_config,
+    top_entropy_frac_param,
 )
-from hed.config.params import section as parameter_section
-from hed.core.lexicon import Lexicon, parse_lexicon
-from hed.core.thresholds import EntropyThreshold, compute_threshold, validate_top_entropy_frac
-from hed.records.arrow_stream import DEFAULT_CHUNK
+from hed.core.lexicon import Lexicon
+from hed.core.thresholds import EntropyThreshold, compute_threshold
 from hed.records.shard_checks import (
     CurrentGeneration,
     checked_responses,
@@ -129,7 +129,7 @@ def check_token_records(
 
 def compute_entropy_threshold(
     shard_report: pd.DataFrame,
-    aggregation: dict[str, Any],
+    aggregation: AggregationParams | dict[str, Any],
     *shard_records: ds.Dataset,
     run: str,
     step: int,
@@ -150,10 +150,7 @@ def compute_entropy_threshold(
         InputDataError: a non-finite or null entropy, or no non-special token.
         ConfigError: ``top_entropy_frac`` outside (0, 1].
     """
-    rho = parameter_section(aggregation, "aggregation").get(
-        "top_entropy_frac", default("aggregation", "top_entropy_frac")
-    )
-    validate_top_entropy_frac(rho)
+    rho = top_entropy_frac_param(aggregation)
     n_records = int(shard_report["n_records"].sum())
     entropy = non_special_entropies(shard_records, n_records, run=run, step=step)
     selection = compute_threshold(entropy, rho, run=run, step=step)
@@ -175,7 +172,9 @@ def tabulate_entropy_threshold(selection: EntropyThreshold) -> pd.DataFrame:
     return pd.DataFrame([selection.as_row()])
 
 
-def read_lexicon(shard_report: pd.DataFrame, aggregation: dict[str, Any]) -> Lexicon:
+def read_lexicon(
+    shard_report: pd.DataFrame, aggregation: AggregationParams | dict[str, Any]
+) -> Lexicon:
     """``aggregation.lexicon`` parsed once for the step's merge and tables.
 
     Args:
@@ -186,7 +185,7 @@ def read_lexicon(shard_report: pd.DataFrame, aggregation: dict[str, Any]) -> Lex
     Raises:
         ConfigError: the lexicon is invalid (:func:`hed.core.lexicon.parse_lexicon`).
     """
-    return parse_lexicon(parameter_section(aggregation, "aggregation").get("lexicon"))
+    return lexicon_param(aggregation)
 
 
 def map_candidate_words(shard_report: pd.DataFrame, *shard_records: ds.Dataset) -> pd.DataFrame:
@@ -207,7 +206,7 @@ def merge_token_records(
     sequences: pd.DataFrame,
     selection: EntropyThreshold,
     lexicon: Lexicon,
-    aggregation: dict[str, Any],
+    aggregation: AggregationParams | dict[str, Any],
     *shard_records: ds.Dataset,
 ) -> MergedStep:
     """Merge the shards into the step's records with word, category and is_high_entropy.
@@ -226,7 +225,7 @@ def merge_token_records(
     Raises:
         ConfigError: ``chunk_records`` is not a positive integer.
     """
-    chunk_records = chunk_records_param(aggregation, DEFAULT_CHUNK)
+    chunk_records = chunk_records_param(aggregation)
     return merge_step(
         sequences, selection, shard_records, lexicon=lexicon, chunk_records=chunk_records
     )

@@ -12,6 +12,8 @@ node                                   outputs
                                        ``entropy_performance_fit_png``
 ``build_runs_comparison``              ``runs_comparison``, then ``plot_runs_comparison`` →
                                        ``runs_comparison_png``
+``<run>.fetch_trainer_entropy``,       ``trainer_entropy``: the trainer's logged entropy (W&B key
+``tabulate_trainer_entropy``           ``analyses.trainer_entropy.metric_key``) next to HED's
 =====================================  =========================================================
 
 ``runs_comparison`` also joins the ``all`` rows of ``sampler_trainer_mismatch`` when the
@@ -31,11 +33,13 @@ from hed.pipelines.binding import bound
 
 from .nodes import (
     build_runs_comparison,
+    fetch_trainer_entropy,
     fit_entropy_performance,
     plot_entropy_performance_fit_png,
     plot_pass_at_k_png,
     plot_runs_comparison_png,
     tabulate_pass_at_k,
+    tabulate_trainer_entropy,
 )
 
 TAG = "analyses"
@@ -73,8 +77,34 @@ def create_pipeline(
             name="tabulate_pass_at_k",
             tags=[TAG],
         )
+    trainer = [
+        Node(
+            func=bound(fetch_trainer_entropy, run=run.name),
+            inputs=["params:metrics", "params:analyses", "pass1"],
+            outputs=f"{run.name}.trainer_entropy_history",
+            name="fetch_trainer_entropy",
+            namespace=run.name,
+            tags=[TAG],
+        )
+        for run in layout.runs
+    ]
+    trainer.append(
+        Node(
+            func=tabulate_trainer_entropy,
+            inputs=[
+                "summary_by_step",
+                "params:generation",
+                "params:analyses",
+                *(f"{run.name}.trainer_entropy_history" for run in layout.runs),
+            ],
+            outputs="trainer_entropy",
+            name="tabulate_trainer_entropy",
+            tags=[TAG],
+        )
+    )
     return Pipeline(
         [
+            *trainer,
             pass_at_k,
             Node(
                 func=plot_pass_at_k_png,

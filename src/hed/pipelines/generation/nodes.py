@@ -13,10 +13,16 @@ import pyarrow as pa
 from hed.config.layout import layout_from_params
 from hed.config.params import GenerationParams, default, integer, sampling_params
 from hed.core.grading import grade_response, normalise_reference, reference_parses
-from hed.decode.checkpoints import checkpoint_fingerprint, model_dir_for_step
+from hed.decode.checkpoints import (
+    check_same_vocabulary,
+    checkpoint_fingerprint,
+    model_dir_for_step,
+)
 from hed.decode.embedded import ensure_embedded_checkpoint
 from hed.decode.prompts import (
     PROMPT_COLUMNS,
+    chat_user_text,
+    column_values,
     line_of,
     pick_prompt_column,
     prompt_id,
@@ -38,7 +44,9 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
     Args:
         raw_prompts: rows of the prompt file (``raw_prompts``), with a ``source_file`` column.
         params: ``params:prompts`` (``prompt_columns``, ``answer_column``, ``num_prompts``,
-            ``seed``, ``instruction_suffix``).
+            ``seed``, ``instruction_suffix``). A prompt column of chat messages (verl's
+            ``prompt``) gives its last user message (:func:`hed.decode.prompts.chat_user_text`);
+            ``answer_column`` may name a struct field, ``reward_model.ground_truth``.
 
     Returns:
         ``prompts``: prompt_index (0-based, int32), prompt_id (sha256 prefix of the prompt),
@@ -61,6 +69,8 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
         )
     seed = integer(params.get("seed", default("prompts", "seed")), "prompts.seed")
     column = pick_prompt_column(raw_prompts, list(columns), source)
+    # verl's parquet: `prompt` is a list of chat messages; the user message is the prompt
+    raw_prompts = raw_prompts.assign(**{column: raw_prompts[column].map(chat_user_text)})
     suffix = params.get("instruction_suffix") or ""
     all_texts = raw_prompts[column].astype("string")
     ids = [None if pd.isna(t) or not str(t).strip() else prompt_id(str(t) + suffix)
@@ -79,8 +89,9 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
         )
     prompts = [str(text) + suffix for text in texts]
     answer_column = params.get("answer_column")
-    if answer_column and answer_column in chosen.columns:
-        answers = [normalise_reference(a) for a in chosen[answer_column].tolist()]
+    references = column_values(chosen, answer_column) if answer_column else None
+    if references is not None:  # a column, or verl's `reward_model.ground_truth`
+        answers = [normalise_reference(a) for a in references.tolist()]
         _warn_unparsed_references(answers, rows, source)
     else:
         answers = [None] * len(prompts)
@@ -135,20 +146,20 @@ def resolve_checkpoints(
         where a fingerprint holds ``model_dir``, ``config_sha256`` and ``weights_index_sha256``.
 
     Raises:
-        CheckpointError: a step folder is missing, config-only, or LoRA-only.
+        CheckpointError: a step folder is missing, config-only, or LoRA-only, or the run's
+            steps differ in vocabulary size or tokenizer (:func:`check_same_vocabulary`).
     """
     layout = layout_from_params({"runs": runs, "generation": generation})
     resolved: dict[str, Any] = {}
     for run in layout.runs:
         if run.embedded:
             ensure_embedded_checkpoint(f"{run.checkpoint_root}/global_step_0/actor_hf")
+        model_dirs = {step: model_dir_for_step(run.checkpoint_root, step) for step in run.steps}
+        check_same_vocabulary(run.name, model_dirs)
         resolved[run.name] = {
             "role": run.role,
             "checkpoint_root": run.checkpoint_root,
-            "steps": {
-                str(step): checkpoint_fingerprint(model_dir_for_step(run.checkpoint_root, step))
-                for step in run.steps
-            },
+            "steps": {str(step): checkpoint_fingerprint(d) for step, d in model_dirs.items()},
         }
         logger.info("Run %s: %d checkpoint(s), steps %s", run.name, len(run.steps), list(run.steps))
     return resolved

@@ -35,7 +35,7 @@ from hed.analysis.rescoring import (
     shard_dtype,
     shard_rows,
 )
-from hed.config.params import GenerationParams, default
+from hed.config.params import AggregationParams, GenerationParams, top_entropy_frac_param
 from hed.decode.teacher_forced import compare_scores
 from hed.errors import ConfigError, InputDataError
 from hed.records.schema import RECORD_KEY, REFERENCE_RESPONSE_SCHEMA
@@ -420,13 +420,14 @@ def check_self_consistency(
 
 
 def tabulate_entropy_overlap(
-    rescored_entropies: dict[str, dict[int, np.ndarray]], aggregation: dict[str, Any]
+    rescored_entropies: dict[str, dict[int, np.ndarray]],
+    aggregation: AggregationParams | dict[str, Any],
 ) -> pd.DataFrame:
     """``entropy_overlap``: per (run, step) the top-ρ overlap with the first and last step.
 
     ρ is ``aggregation.top_entropy_frac`` (the high-entropy fraction of the whole study).
     """
-    rho = (aggregation or {}).get("top_entropy_frac", default("aggregation", "top_entropy_frac"))
+    rho = top_entropy_frac_param(aggregation)
     parts = [entropy_overlap(run, steps, rho) for run, steps in rescored_entropies.items()]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=OVERLAP_COLUMNS)
 

@@ -184,6 +184,7 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         reporting = parsed["reporting"] = params.reporting_params(load("reporting"))
         if reporting.strict:
             check_strict_completeness(reporting, load("runs") or {}, load("metrics"))
+        check_token_report_steps(reporting, load("runs") or {})
     if "params:rescoring" in datasets:
         parsed["rescoring"] = rescoring_section(load("rescoring"))
     if "params:publish" in datasets:
@@ -268,6 +269,37 @@ def check_strict_completeness(
             "reporting.strict is true but the figures cannot be complete: "
             + "; ".join(f"({i}) {gap}" for i, gap in enumerate(gaps, 1))
             + "; fix these before generating, or set reporting.strict: false to draw what exists"
+        )
+
+
+def check_token_report_steps(reporting: params.ReportingParams, runs: Mapping[str, Any]) -> None:
+    """Refuse ``reporting.token_report.steps`` that match no step of any run, before generation.
+
+    ``build_token_report`` raises the same error, but only after every shard has been
+    generated. Runs with ``steps: all`` have steps known only on disk: then nothing is checked.
+
+    Args:
+        reporting: the checked ``params:reporting``.
+        runs: ``params:runs``.
+
+    Raises:
+        ConfigError: the wording of :func:`hed.report.token_report.payload.build_report`.
+    """
+    from hed.report.token_report.options import token_report_options
+
+    options = token_report_options(reporting.raw.get("token_report"))
+    if not options.enabled or options.steps is None or not runs:
+        return
+    available: set[int] = set()
+    for name, cfg in runs.items():
+        steps = (cfg or {}).get("steps", "all")
+        if steps == "all":
+            return
+        available |= set(params.step_list(steps, f"runs.{name}.steps") or [])
+    if not available & set(options.steps):
+        raise ConfigError(
+            f"reporting.token_report.steps {list(options.steps)} matches no step of the "
+            f"runs (steps available: {sorted(available)}); set it to null or to existing steps"
         )
 
 

@@ -2185,8 +2185,11 @@ def _one_torch_thread():
 
 
 #: cases that run a vLLM engine (not run where vLLM cannot be installed: tests/vllm_gate.py)
-VLLM_CASES = {"generation-vllm-architecture", "generation-vllm-prompt-too-long",
-              "generation-vllm-kv-cache"}
+VLLM_CASES = {
+    "generation-vllm-architecture",
+    "generation-vllm-prompt-too-long",
+    "generation-vllm-kv-cache",
+}
 
 
 @pytest.mark.parametrize(

@@ -102,3 +102,42 @@ def test_the_summary_lists_only_what_this_run_wrote(tmp_path, caplog):
         "Run summary: 1 figure(s) and table(s) written; current files:",
         f"  {table / now / table.name}",
     ]
+
+
+def test_the_summary_names_a_figure_and_table_of_different_runs(tmp_path, caplog):
+    """A run killed after saving Figure 2's table and before its PNG: the newest table is of
+    that run, the newest PNG of the one before; the next run that skips both says so."""
+    from kedro.io import DataCatalog
+    from kedro.io.core import Version
+    from kedro.pipeline import Node, Pipeline
+    from kedro_datasets.matplotlib import MatplotlibDataset
+    from kedro_datasets.pandas import CSVDataset
+    from matplotlib.figure import Figure
+
+    complete, killed, now = (f"2026-12-01T1{h}.00.00.000Z" for h in (3, 4, 5))
+    png, table = tmp_path / "figure2.png", tmp_path / "figure2.csv"
+    for version in (complete, killed):
+        CSVDataset(filepath=str(table), version=Version(None, version)).save(
+            pd.DataFrame({"a": [1]})
+        )
+    MatplotlibDataset(filepath=str(png), version=Version(None, complete)).save(Figure())
+    catalog = DataCatalog(
+        {
+            "figure2_png": MatplotlibDataset(filepath=str(png), version=Version(None, now)),
+            "figure2_paper_reproduction": CSVDataset(
+                filepath=str(table), version=Version(None, now)
+            ),
+        }
+    )
+    pipeline = Pipeline([Node(lambda: (1, 2), None, ["figure2_paper_reproduction", "figure2_png"])])
+    with caplog.at_level("INFO", logger="hed.hooks"):
+        ProvenanceHooks().after_pipeline_run(
+            run_params={"run_id": now}, pipeline=pipeline, catalog=catalog
+        )
+    lines = [r.getMessage() for r in caplog.records if "Run summary" in r.getMessage()]
+    assert lines[0].startswith("Run summary: nothing written")
+    assert lines[1] == (
+        f"Run summary: figure2_png is of run {complete} but figure2_paper_reproduction of run "
+        f"{killed} (a run was interrupted between them): redraw both with `kedro run "
+        "--pipelines reporting` (without --only-missing-outputs)"
+    )

@@ -24,7 +24,7 @@ from hed.config.preflight import check_reused_shards, hand_to_nodes, parsed_sect
 from hed.errors import ConfigError
 from hed.io import run_lock
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
-from hed.pass1.sources import export_wandb_api_key
+from hed.pass1.credentials import export_wandb_api_key
 
 logger = logging.getLogger(__name__)
 
@@ -231,6 +231,49 @@ class ProvenanceHooks:
                 "Run summary: nothing written (no figure or table of this pipeline was "
                 "(re)computed; the current files are those of an earlier run)"
             )
+        for line in mismatched_figures(catalog, set(announced)):
+            logger.warning("Run summary: %s", line)
+
+
+#: A figure and the tables it is drawn from: their current versions must be of one run.
+FIGURE_TABLES = {
+    "figure2_png": ("figure2_paper_reproduction", "figure2_single_run_diagnostic"),
+    "figure3_png": ("figure3_table",),
+}
+
+
+def mismatched_figures(catalog: Any, names: set[str]) -> list[str]:
+    """One line per figure whose current version is not of the same run as its table's.
+
+    A run killed between saving a table and its figure (Kedro saves a run's outputs one by
+    one) leaves the newest table of that run next to the figure of an earlier one; a later
+    run that skips both (``--only-missing-outputs``) would keep them. Versions are Kedro's
+    save versions, one per run (its session id).
+
+    Args:
+        catalog: the run's catalog. names: the outputs of the pipeline that ran.
+
+    Returns:
+        ``<figure> is of run <v1> but <table> of run <v2> (...)``, empty when they agree.
+    """
+    lines = []
+    for figure, tables in FIGURE_TABLES.items():
+        table = next((t for t in tables if t in names), None)
+        if figure not in names or table is None:
+            continue
+        versions = []
+        for name in (figure, table):
+            dataset = catalog.get(name)
+            if hasattr(dataset, "_clear_version_cache"):
+                dataset._clear_version_cache()
+            versions.append(describe_dataset(catalog, name, "load").get("version"))
+        if None not in versions and versions[0] != versions[1]:
+            lines.append(
+                f"{figure} is of run {versions[0]} but {table} of run {versions[1]} (a run "
+                "was interrupted between them): redraw both with `kedro run --pipelines "
+                "reporting` (without --only-missing-outputs)"
+            )
+    return lines
 
 
 def written_by_run(catalog: Any, name: str, run_id: str | None) -> str | None:

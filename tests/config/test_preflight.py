@@ -103,6 +103,11 @@ def test_token_report_steps_of_no_run_are_refused_before_generation():
     assert _run({"runs": RUNS, "reporting": {**reporting, "token_report": {"steps": [10, 20]}}})
     off = {"enabled": False, "steps": [20]}
     assert _run({"runs": RUNS, "reporting": {**reporting, "token_report": off}})
+    # the study explorer's steps likewise
+    explorer = {**reporting, "token_report": {"steps": [10]}, "explorer": {"steps": [5]}}
+    with pytest.raises(ConfigError) as raised:
+        _run({"runs": RUNS, "reporting": explorer})
+    assert str(raised.value).startswith("reporting.explorer.steps [5] matches no step of the runs")
     # a re-plot (the pipeline reads params:reporting only) is checked against the catalog's runs
     catalog = DataCatalog(
         {"params:runs": MemoryDataset(RUNS), "params:reporting": MemoryDataset(reporting)}

@@ -113,3 +113,33 @@ def test_analyses_pipeline_tables_and_figures(tmp_path):
         path = Path(catalog.get(name)._get_load_path())
         with Image.open(path) as image:
             assert image.size[0] > 100 and image.size[1] > 80, name
+
+
+def test_the_comparison_takes_the_mismatch_measures_only():
+    from hed.pipelines.analyses.nodes import build_runs_comparison
+
+    summary = pd.DataFrame(
+        {
+            "run": ["a"],
+            "step": [0],
+            "n_tokens": [10],
+            "mean_entropy": [1.0],
+            "n_high_entropy_anthropomorphic": [1],
+        }
+    )
+    mismatch = pd.DataFrame(
+        {
+            "run": ["a", "a"],
+            "step": [0, 0],
+            "subset": ["all", "other"],
+            "n_tokens": [10, 8],
+            "kl_k3": [0.002, 0.001],
+            "ratio_outside_share": [0.0, 0.0],
+            "ratio_low": [0.5, 0.5],
+        }
+    )
+    pass1 = pd.DataFrame({"run": ["a"], "step": [0], "pass1": [0.5]})
+    out = build_runs_comparison(summary, pass1, pd.DataFrame(), {}, {"a": {}}, mismatch=mismatch)
+    assert out["mismatch_kl_k3"].tolist() == [0.002]
+    assert "mismatch_ratio_low" not in out and "mismatch_n_tokens" not in out
+    assert out["anthropomorphic_per_1k_tokens"].tolist() == [100.0]

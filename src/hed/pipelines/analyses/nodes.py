@@ -26,6 +26,14 @@ from hed.report import analysis_figures
 
 logger = logging.getLogger(__name__)
 
+#: The ``sampler_trainer_mismatch`` columns (its ``all`` rows) that ``runs_comparison`` holds.
+MISMATCH_MEASURES = (
+    "mean_abs_delta_logprob",
+    "p99_abs_delta_logprob",
+    "kl_k3",
+    "ratio_outside_share",
+)
+
 
 def analyses_section(analyses: Any) -> dict[str, Any]:
     """``params:analyses`` with every default filled (``None`` = all defaults).
@@ -135,6 +143,9 @@ def build_runs_comparison(
         ConfigError: the reference run is not a run with steps.
     """
     reference = analyses_section(analyses)["reference_run"] or next(iter(runs), None)
+    if "mismatch" in extra:  # its measures, not its bounds or counts
+        keep = ["run", "step", "subset", *MISMATCH_MEASURES]
+        extra = {**extra, "mismatch": extra["mismatch"].reindex(columns=keep)}
     table, measures = step_measures(summary_by_step, pass1_for_figures, pass_at_k, extra)
     return compare_runs(table, measures, str(reference))
 

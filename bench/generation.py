@@ -57,15 +57,9 @@ import torch
 from transformers import GenerationConfig
 
 from hed.decode.embedded import ensure_embedded_checkpoint
-from hed.decode.hf import (
-    PromptInput,
-    SamplingParams,
-    build_logits_processors,
-    generate_sequences,
-    load_model_and_tokenizer,
-    neutral_generation_config,
-    sequence_seed,
-)
+from hed.decode.hf import HFBackend, build_logits_processors, neutral_generation_config
+from hed.decode.loading import resolve_dtype
+from hed.decode.types import PromptInput, SamplingParams, sequence_seed
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL_DIR = REPO_ROOT / ".pytest_cache/hed_models/smollm2/global_step_0/actor_hf"
@@ -100,6 +94,11 @@ def parse_args() -> argparse.Namespace:
         "--memory-steps", type=int, default=None, help="default: 4096 on CUDA, 512 on CPU"
     )
     parser.add_argument("--memory-vocab", type=int, default=151_936)
+    parser.add_argument(
+        "--stats-kernel",
+        default="auto",
+        help="generation.stats_kernel of HED's recorder: auto, reference, triton or compiled",
+    )
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument(
@@ -150,8 +149,9 @@ class Stopwatch:
         self.cpu = time.process_time() - self._cpu
 
 
-def run_plain(model, tokenizer, prompts, args) -> tuple[Stopwatch, int]:
+def run_plain(backend: HFBackend, prompts, args) -> tuple[Stopwatch, int]:
     """Plain sampling generate, no scores; returns (timings, generated tokens)."""
+    model, tokenizer = backend.model, backend.tokenizer
     config = GenerationConfig(
         do_sample=True,
         temperature=args.temperature,
@@ -176,7 +176,17 @@ def run_plain(model, tokenizer, prompts, args) -> tuple[Stopwatch, int]:
     return watch, new_tokens
 
 
-def run_hed(model, tokenizer, prompts, args) -> tuple[Stopwatch, int]:
+def open_hf(args) -> HFBackend:
+    """The hf backend (the decoding contract) on ``args.device``, EOS off: every sequence runs
+    ``--new-tokens`` steps, so both sides time the same work."""
+    model_dir = ensure_embedded_checkpoint(args.model_dir)
+    dtype = resolve_dtype(args.dtype, args.device, model_dir)
+    backend = HFBackend(model_dir, dtype=dtype, device=args.device)
+    backend.eos_token_ids = []
+    return backend
+
+
+def run_hed(backend: HFBackend, prompts, args) -> tuple[Stopwatch, int]:
     """HED's recorded generation (records and token text); returns (timings, tokens)."""
     params = SamplingParams(
         temperature=args.temperature,
@@ -186,31 +196,32 @@ def run_hed(model, tokenizer, prompts, args) -> tuple[Stopwatch, int]:
         top_prob_k=args.top_prob_k,
         seed=args.seed,
         batch_size=len(prompts),
+        stats_kernel=args.stats_kernel,
     )
     with Stopwatch(args.device) as watch:
-        records = list(generate_sequences(model, tokenizer, prompts, 1, params, eos_token_ids=[]))
+        records = list(backend.generate(prompts, 1, params))
     return watch, sum(r.n_tokens for r in records)
 
 
 def bench_speed(args) -> None:
-    model_dir = ensure_embedded_checkpoint(args.model_dir)
-    model, tokenizer = load_model_and_tokenizer(model_dir, args.dtype, args.device)
-    prompts = make_prompts(tokenizer, args.batch_size)
+    backend = open_hf(args)
+    model_dir, model = backend.model_dir, backend.model
+    prompts = make_prompts(backend.tokenizer, args.batch_size)
     expected = args.batch_size * args.new_tokens
     print(
         f"speed: {model_dir} on {args.device} ({model.dtype}), batch {args.batch_size} x "
         f"{args.new_tokens} new tokens, T={args.temperature}, top_k off, top_p 1.0, "
-        f"{torch.get_num_threads()} CPU threads"
+        f"{torch.get_num_threads()} CPU threads, stats_kernel {args.stats_kernel}"
     )
-    run_plain(model, tokenizer, prompts, args)  # warm-up
-    run_hed(model, tokenizer, prompts, args)
+    run_plain(backend, prompts, args)  # warm-up
+    run_hed(backend, prompts, args)
     rates: dict[str, list[float]] = {"plain": [], "hed": [], "plain_cpu": [], "hed_cpu": []}
     wall_ratios, cpu_ratios = [], []
     for repeat in range(args.repeats):
         order = [("plain", run_plain), ("hed", run_hed)]
         watches = {}
         for name, runner in order if repeat % 2 == 0 else order[::-1]:
-            watch, tokens = runner(model, tokenizer, prompts, args)
+            watch, tokens = runner(backend, prompts, args)
             if tokens != expected:
                 raise RuntimeError(f"{name} generated {tokens} tokens, not {expected}")
             watches[name] = watch
@@ -348,9 +359,8 @@ def bench_vllm(args) -> None:
     )
 
     vllm = import_vllm()
-    model_dir = ensure_embedded_checkpoint(args.model_dir)
-    model, tokenizer = load_model_and_tokenizer(model_dir, args.dtype, args.device)
-    dtype = str(model.dtype).removeprefix("torch.")
+    backend = open_hf(args)
+    model_dir, tokenizer, dtype = backend.model_dir, backend.tokenizer, backend.dtype
     prompts = make_prompts(tokenizer, args.batch_size)
     expected = args.batch_size * args.new_tokens
     params = SamplingParams(
@@ -429,12 +439,10 @@ def bench_vllm(args) -> None:
             same_engine_ratios.append(watches["inert"].wall / watches["recorder"].wall)
     finally:
         engine.close()
-    run_hed(model, tokenizer, prompts[: args.hf_batch_size], args)  # warm-up
+    run_hed(backend, prompts[: args.hf_batch_size], args)  # warm-up
     for _ in range(args.repeats):
         with Stopwatch(args.device) as watch:
-            sequences = list(
-                generate_sequences(model, tokenizer, prompts, 1, params, eos_token_ids=[])
-            )
+            sequences = list(backend.generate(prompts, 1, params))
         check("HF", sum(s.n_tokens for s in sequences))
         rates["hf"].append(expected / watch.wall)
     plain, inert, recorder, hf = (median(rates[k]) for k in ("plain", "inert", "recorder", "hf"))

@@ -90,7 +90,9 @@ def demo_model_dir() -> Path:
     """The converted demo SmolLM2 of the test cache (``tests/conftest.py::smollm2_dir``)."""
     found = sorted(p.parent for p in DEMO.rglob("config.json"))
     if not found:
-        sys.exit(f"no converted demo model under {DEMO}: run `pytest tests/test_recording.py`")
+        sys.exit(
+            f"no converted demo model under {DEMO}: run `pytest tests/decode/test_recording.py`"
+        )
     return found[0]
 
 

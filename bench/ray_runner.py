@@ -44,7 +44,7 @@ from kedro.runner import SequentialRunner  # noqa: E402
 from kedro_datasets.json import JSONDataset  # noqa: E402
 
 from hed.decode.embedded import ensure_embedded_checkpoint  # noqa: E402
-from hed.runners.gpu import GPURunner, RayRunner  # noqa: E402
+from hed.runners import GPURunner, RayRunner  # noqa: E402
 from tests import runner_nodes  # noqa: E402
 from tests.project_copy import small_step_project  # noqa: E402
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from .vllm_gate import pytest_collection_modifyitems, pytest_terminal_summary  # noqa: F401
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 MODEL_CACHE = REPO_ROOT / ".pytest_cache" / "hed_models"
@@ -120,3 +122,17 @@ def resumed_small_step(tmp_path_factory, smollm2_dir):
     from .project_copy import kill_resume_aggregate
 
     return kill_resume_aggregate(tmp_path_factory.mktemp("killed"), smollm2_dir)
+
+
+@pytest.fixture(scope="session")
+def demo_study(tmp_path_factory, tokenizer, smollm2_dir) -> Path:
+    """A small real study, reported once (tests/study_demo.py): the project folder."""
+    from hed.io import provenance
+
+    from .study_demo import report_demo_study
+
+    root = tmp_path_factory.mktemp("demo_study")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(provenance, "git_state", lambda path: {"commit": "c" * 40, "dirty": False})
+        report_demo_study(root, tokenizer, smollm2_dir)
+    return root

@@ -43,7 +43,14 @@ from hed.config.params import sampling_params as sampling_params_from
 from hed.core.entropy import NonFiniteLogitsError, token_distribution_stats
 from hed.core.lexicon import parse_lexicon
 from hed.decode.hf import load_model_and_tokenizer, resolve_dtype
-from hed.errors import CheckpointError, ConfigError, HEDError, InputDataError, OutputWriteError
+from hed.errors import (
+    CheckpointError,
+    ConfigError,
+    CredentialsError,
+    HEDError,
+    InputDataError,
+    OutputWriteError,
+)
 from hed.io.datasets import (
     ArrowParquetDataset,
     PromptFileDataset,
@@ -73,7 +80,7 @@ from hed.pipelines.reporting.nodes import plan_figures
 from hed.records.atomic_io import install_atomic_local_writes
 from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 from hed.records.shard_metadata import GENERATION_METADATA_KEY
-from hed.runners.gpu import resolve_slots
+from hed.runners.slots import resolve_slots
 
 REPO = Path(__file__).resolve().parents[1]
 ERRORS_DOC = REPO / "docs" / "errors.md"
@@ -621,6 +628,11 @@ def _(t: Ctx) -> Expect:
     )
 
 
+@case("params-stats-kernel")
+def _(t: Ctx) -> Expect:
+    return Expect(sampling(stats_kernel="fast"), ConfigError, ("generation.stats_kernel", "'fast'"))
+
+
 @case("params-temperature-not-a-number")
 def _(t: Ctx) -> Expect:
     return Expect(sampling(temperature="hot"), ConfigError, ("generation.temperature", "'hot'"))
@@ -718,6 +730,25 @@ def _(t: Ctx) -> Expect:
     _, call = vllm_shard(t)
     t.monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
     return Expect(call, ConfigError, ("generation.backend is 'vllm'", "hed[vllm]", "backend: hf"))
+
+
+@case("params-vllm-tensor-parallel")
+def _(t: Ctx) -> Expect:
+    from hed.decode.vllm import VLLMSettings
+
+    return Expect(
+        lambda: VLLMSettings.from_params({"tensor_parallel_size": 2}),
+        ConfigError,
+        ("generation.vllm.tensor_parallel_size: 2", "one engine per GPU"),
+    )
+
+
+@case("vllm-port")
+def _(t: Ctx) -> Expect:
+    from hed.decode.vllm import slot_port
+
+    t.monkeypatch.setenv("VLLM_PORT", "http")
+    return Expect(slot_port, ConfigError, ("VLLM_PORT='http'", "1..65535"))
 
 
 @case("generation-vllm-architecture")
@@ -1324,6 +1355,83 @@ def _(t: Ctx) -> Expect:
     )
 
 
+def _tiny_bundle(t: Ctx):
+    from hed.io.study_bundle import BundleFile, StudyBundle
+
+    png = write_text(t.tmp / "data" / "figure2.png", b"\x89PNG")
+    return StudyBundle(
+        study="study", run_id="r1", git_commit=None, config={"run_id": "r1"},
+        files=(BundleFile("figures/figure2.png", str(png), "figure", "figure2_png"),),
+    )  # fmt: skip
+
+
+@case("publish-wandb-no-key")
+def _(t: Ctx) -> Expect:
+    from hed.config.publish import WandbPublishParams
+    from hed.io.publication_datasets import WandbRunDataset
+
+    t.monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    t.monkeypatch.setenv("NETRC", str(t.tmp / "no_netrc"))
+    t.monkeypatch.setenv("WANDB_CONFIG_DIR", str(t.tmp / "wandb_config"))
+    receipt = t.tmp / "publications" / "wandb.json"
+    dataset = WandbRunDataset(filepath=str(receipt))
+    bundle = _tiny_bundle(t)
+    settings = WandbPublishParams(enabled=True, project="p", mode="online", dir=str(t.tmp / "w"))
+    return Expect(
+        lambda: dataset.save({"bundle": bundle, "settings": settings}),
+        CredentialsError,
+        ("no W&B API key to publish", "wandb login", "WANDB_API_KEY"),
+        outputs=(receipt, t.tmp / "w"),
+    )
+
+
+@case("publish-hub-no-token")
+def _(t: Ctx) -> Expect:
+    from hed.config.publish import HubPublishParams
+    from hed.io.publication_datasets import HubCommitDataset
+
+    t.monkeypatch.delenv("HF_TOKEN", raising=False)
+    t.monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    t.monkeypatch.setenv("HF_HOME", str(t.tmp / "hf_home"))
+    receipt = t.tmp / "publications" / "hub.json"
+    dataset = HubCommitDataset(filepath=str(receipt))
+    bundle = _tiny_bundle(t)
+    settings = HubPublishParams(enabled=True, repo_id="me/study")
+    return Expect(
+        lambda: dataset.save({"bundle": bundle, "settings": settings}),
+        CredentialsError,
+        ("Hugging Face token", "hf auth login", "HF_TOKEN"),
+        outputs=(receipt,),
+    )
+
+
+@case("publish-destination-target-missing")
+def _(t: Ctx) -> Expect:
+    from hed.config.publish import publish_params
+
+    return Expect(
+        lambda: publish_params({"hub": {"enabled": True}}),
+        ConfigError,
+        ("publish.hub.repo_id is not set", "parameters_publish.yml"),
+    )
+
+
+@case("publish-hf-data-root")
+def _(t: Ctx) -> Expect:
+    from types import SimpleNamespace
+
+    from hed.hooks import _data_root
+
+    context = SimpleNamespace(
+        config_loader={"globals": {"data_root": "hf://datasets/me/study"}}, project_path=t.tmp
+    )
+    return Expect(
+        lambda: _data_root(context),
+        ConfigError,
+        ("hf://datasets/me/study", "kedro run --pipelines publish"),
+    )
+
+
 # ------------------------------------------------------------------ outputs (disk)
 
 
@@ -1811,7 +1919,7 @@ def _(t: Ctx) -> Expect:
         (
             "--pipelines generaton",
             "did you mean generation?",
-            "aggregation, dynamics, generation, metrics",
+            "aggregation, analyses, dynamics, generation, metrics",
         ),
     )
 
@@ -1829,6 +1937,264 @@ def _(t: Ctx) -> Expect:
         lambda: check_env_exists(context),
         ConfigError,
         ("--env my_stduy", "did you mean --env my_study?", "base, my_study"),
+    )
+
+
+# ------------------------------------------------------------------ pass@1 values, full disk,
+# ------------------------------------------------------------------ vocabularies, node names
+
+
+@case("metrics-csv-percent")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "dapo.csv", "step,pass1\n0,10\n20,25\n80,40\n")
+    params = metrics_params({"csv": {"path": str(path)}})
+    return Expect(
+        lambda: read_csv_pass1(params, run="dapo"),
+        InputDataError,
+        (str(path), "column pass1", "pass@1 10 at step 0 is outside [0, 1]", "scale: percent"),
+    )
+
+
+@case("metrics-csv-percent-out-of-range")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "dapo.csv", "step,acc\n0,10\n20,250\n")
+    params = metrics_params({"csv": {"path": str(path), "pass1_column": "acc", "scale": "percent"}})
+    return Expect(
+        lambda: read_csv_pass1(params, run="dapo"),
+        InputDataError,
+        (str(path), "column acc (scale: percent", "pass@1 2.5 at step 20", "outside [0, 1]"),
+    )
+
+
+@case("metrics-csv-scale-unknown")
+def _(t: Ctx) -> Expect:
+    params = metrics_params({"csv": {"path": "x.csv", "scale": "percentage"}})
+    return Expect(
+        lambda: parse_run_config(params, "dapo"),
+        ConfigError,
+        ("metrics.runs.dapo.sources.csv.scale", "'percentage'", "fraction", "percent"),
+    )
+
+
+@case("metrics-wandb-out-of-range")
+def _(t: Ctx) -> Expect:
+    from hed.pass1.sources import history_from_rows
+
+    rows = [{"_step": s, "training/global_step": s, "acc": v} for s, v in ((0, 0.1), (5, 12.5))]
+    return Expect(
+        lambda: history_from_rows(
+            rows, metric_key="acc", step_key="training/global_step", where="W&B run team/p/abc"
+        ),
+        InputDataError,
+        ("W&B run team/p/abc, key acc", "pass@1 12.5 at step 5", "outside [0, 1]", "metric_key"),
+    )
+
+
+@case("metrics-offline-log-truncated")
+def _(t: Ctx) -> Expect:
+    import wandb
+
+    from tests.pass1.test_pass1_sources import offline_wandb_run
+
+    with offline_wandb_run(t.tmp, "hed-truncated") as run:
+        for step in range(1, 41):
+            run.log({"val-core/aime2025/acc/mean@1": step / 100, "training/global_step": step})
+        folder = Path(run.dir).parent
+        run.finish()
+        wandb.teardown()
+    log = next(folder.glob("run-*.wandb"))
+    data = log.read_bytes()
+    log.write_bytes(data[: len(data) // 2])  # a copy cut half-way (a full disk, a killed rsync)
+    params = metrics_params({"wandb_offline": {"path": str(folder)}})
+    return Expect(
+        lambda: fetch_wandb_history(params, run="dapo"),
+        InputDataError,
+        (str(log), "is truncated or incomplete", "history row(s) readable", "copy the whole"),
+    )
+
+
+@case("reporting-strict-pass1-missing-at-step")
+def _(t: Ctx) -> Expect:
+    pass1 = reporting_inputs()["pass1"]
+    pass1 = pass1[~((pass1["run"] == "dapo_with_clip") & (pass1["step"] == 80))]
+    return Expect(
+        plan(STRICT, pass1=pass1),
+        ConfigError,
+        ("reporting.strict is true", "run dapo_with_clip: no pass@1 at step(s) [80]"),
+    )
+
+
+@case("params-strict-csv-step-missing")
+def _(t: Ctx) -> Expect:
+    path = write_text(t.tmp / "pass1.csv", "step,pass1\n0,0.1\n20,0.2\n")
+    runs = {
+        "a": {"role": "with_clip", "checkpoint_root": str(t.tmp), "steps": [0, 20, 80]},
+        "b": {"role": "without_clip", "checkpoint_root": str(t.tmp), "steps": [0, 20]},
+    }
+    source = {"sources": {"csv": {"path": str(path)}}}
+    reporting = {"strict": True, "fig3": {"steps": [0, 20]}}
+    return Expect(
+        strict_preflight(runs, reporting, {"runs": {"a": source, "b": source}}),
+        ConfigError,
+        ("reporting.strict is true", f"pass@1 CSV {path} has no value for run a at step(s) [80]"),
+    )
+
+
+def full_disk(t: Ctx, limit: int = 512) -> None:
+    """Every file HED's atomic writer opens fails with ENOSPC after ``limit`` bytes."""
+
+    class FullDiskFile:
+        def __init__(self, handle: Any) -> None:
+            self._handle, self._written = handle, 0
+
+        def write(self, data: Any) -> int:
+            self._written += len(data)
+            if self._written > limit:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self._handle.write(data)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._handle, name)
+
+    install_atomic_local_writes()  # as settings.py does for every kedro run
+    t.monkeypatch.setattr(
+        "hed.records.atomic_io.open",
+        lambda path, mode="r", *a, **k: FullDiskFile(open(path, mode, *a, **k)),
+        raising=False,
+    )
+
+
+def disk_full_case(t: Ctx, config: dict[str, Any], data: Any) -> Expect:
+    """Save ``data`` through a versioned catalog entry ``out`` on a disk that fills up."""
+    reporting = t.tmp / "08_reporting"
+    reporting.mkdir()
+    target = reporting / Path(config["filepath"]).name
+    catalog = DataCatalog.from_config(
+        {"out": {**config, "filepath": str(target), "versioned": True}}
+    )
+    full_disk(t)
+    return Expect(
+        lambda: catalog.save("out", data),
+        OutputWriteError,
+        (str(target), "No space left on device", "free disk space"),
+        outputs=(target,),  # no file, no temporary, no empty version folder in 08_reporting
+    )
+
+
+def big_figure() -> Any:
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(4, 3))
+    figure.add_subplot().plot(np.arange(100), np.sin(np.arange(100)))
+    return figure
+
+
+@case("outputs-disk-full-figure")
+def _(t: Ctx) -> Expect:
+    return disk_full_case(
+        t, {"type": "matplotlib.MatplotlibDataset", "filepath": "figure2.png"}, big_figure()
+    )
+
+
+@case("outputs-disk-full-html")
+def _(t: Ctx) -> Expect:
+    page = "<html><body>" + "<span>wait</span>" * 200 + "</body></html>"
+    return disk_full_case(t, {"type": "text.TextDataset", "filepath": "token_report.html"}, page)
+
+
+@case("outputs-disk-full-json")
+def _(t: Ctx) -> Expect:
+    data = {"artifacts": {f"figure_{i}": "x" * 40 for i in range(40)}}
+    return disk_full_case(t, {"type": "json.JSONDataset", "filepath": "resolved_config.json"}, data)
+
+
+@case("outputs-disk-full-csv")
+def _(t: Ctx) -> Expect:
+    table = pd.DataFrame({"word": ["wait"] * 200, "count": range(200)})
+    return disk_full_case(t, {"type": "pandas.CSVDataset", "filepath": "figure3.csv"}, table)
+
+
+@case("outputs-disk-full-parquet")
+def _(t: Ctx) -> Expect:
+    table = pd.DataFrame({"entropy": np.linspace(0, 1, 2000)})
+    return disk_full_case(t, {"type": "pandas.ParquetDataset", "filepath": "table.parquet"}, table)
+
+
+def vocab_folder(path: Path, vocab_size: int, vocab: dict[str, int] | None = None) -> Path:
+    folder = hf_folder(path)
+    config = {"model_type": "llama", "vocab_size": vocab_size}
+    (folder / "config.json").write_text(json.dumps(config))
+    tokenizer = {"model": {"type": "BPE", "vocab": vocab or {"a": 0, "b": 1}}, "added_tokens": []}
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    return folder
+
+
+@case("checkpoints-vocab-size-differs")
+def _(t: Ctx) -> Expect:
+    vocab_folder(t.tmp / "global_step_0" / "actor_hf", 49152)
+    late = vocab_folder(t.tmp / "global_step_20" / "actor_hf", 49216)
+    return Expect(
+        resolve(t.tmp, steps=(0, 20)),
+        CheckpointError,
+        ("run dapo", f"step 20 ({late})", "vocabulary size 49,216 vs 49,152 at step 0"),
+    )
+
+
+@case("checkpoints-tokenizer-differs")
+def _(t: Ctx) -> Expect:
+    vocab_folder(t.tmp / "global_step_0" / "actor_hf", 64)
+    vocab_folder(t.tmp / "global_step_20" / "actor_hf", 64, {"a": 1, "b": 0})
+    return Expect(
+        resolve(t.tmp, steps=(0, 20)),
+        CheckpointError,
+        ("run dapo", "step 20", "tokenizer a different token vocabulary at step 0"),
+    )
+
+
+def node_filters(**filters: list[str]) -> Callable[[], Any]:
+    """:func:`hed.pipeline_registry.check_node_filters` on a two-step aggregation pipeline."""
+    from hed.pipeline_registry import check_node_filters
+    from hed.pipelines.dynamics.pipeline import step_pipeline
+
+    pipeline = step_pipeline("dapo", 0) + step_pipeline("dapo", 20)
+    return lambda: check_node_filters(pipeline, **filters)
+
+
+@case("runner-nodes-unknown")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        node_filters(node_names=["dapo.step_20.tabulate_advantage_covariance_"]),
+        ConfigError,
+        ("--nodes dapo.step_20.tabulate_advantage_covariance_", "did you mean"),
+    )
+
+
+@case("runner-from-nodes-without-namespace")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        node_filters(from_nodes=["tabulate_entropy_by_correctness"]),
+        ConfigError,
+        (
+            "--from-nodes tabulate_entropy_by_correctness",
+            "dapo.step_0.tabulate_entropy_by_correctness",
+            "dapo.step_20.tabulate_entropy_by_correctness",
+        ),
+    )
+
+
+@case("runner-to-nodes-unknown")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        node_filters(to_nodes=["no_such_node"]), ConfigError, ("--to-nodes no_such_node",)
+    )
+
+
+@case("runner-tags-unknown")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        node_filters(tags=["step_02"]),
+        ConfigError,
+        ("--tags step_02", "no such tag", "did you mean step_0"),
     )
 
 
@@ -1890,7 +2256,18 @@ def _(t: Ctx) -> Expect:
     )
 
 
-@pytest.mark.parametrize("case_id", list(CASES))
+#: cases that run a vLLM engine (not run where vLLM cannot be installed: tests/vllm_gate.py)
+VLLM_CASES = {
+    "generation-vllm-architecture",
+    "generation-vllm-prompt-too-long",
+    "generation-vllm-kv-cache",
+}
+
+
+@pytest.mark.parametrize(
+    "case_id",
+    [pytest.param(c, marks=pytest.mark.vllm) if c in VLLM_CASES else c for c in CASES],
+)
 def test_bad_input_gives_one_actionable_line(case_id, tmp_path, monkeypatch, request):
     expect = CASES[case_id](Ctx(tmp=tmp_path, monkeypatch=monkeypatch, request=request))
     before = {path: _state(path) for path in expect.outputs}
@@ -1943,3 +2320,67 @@ def test_the_catalogue_covers_every_area():
         "mini",
     }
     assert len(CASES) >= 25
+
+
+# ------------------------------------------------------------------ what the cases above refuse,
+# ------------------------------------------------------------------ accepted when declared
+
+
+def test_a_percent_csv_with_scale_percent_reads_as_fractions(tmp_path):
+    path = write_text(tmp_path / "dapo.csv", "step,pass1\n0,10\n20,25\n80,40\n")
+    params = metrics_params({"csv": {"path": str(path), "scale": "percent"}})
+    table = read_csv_pass1(params, run="dapo")
+    assert table["step"].tolist() == [0, 20, 80]
+    assert table["pass1"].tolist() == [0.10, 0.25, 0.40]
+
+
+def test_figure_source_wandb_follows_the_switch_to_wandb_offline(tmp_path):
+    sources = {"wandb_offline": {"path": str(tmp_path)}, "generated": {}}
+    params = metrics_params(sources, figure_source="wandb")
+    assert parse_run_config(params, "dapo").figure_source == "wandb_offline"
+    with pytest.raises(ConfigError, match="figure_source is 'csv' but the run lists"):
+        parse_run_config(metrics_params(sources, figure_source="csv"), "dapo")
+
+
+def test_one_sample_per_prompt_warns_once_naming_the_parameter(caplog):
+    from hed.pipelines.dynamics.nodes import warn_single_sample_groups
+
+    table = pd.DataFrame(
+        {
+            "run": ["one"] * 3 + ["eight"] * 3 + ["ungraded"],
+            "step": [0, 20, 80] * 2 + [0],
+            "n_responses": [24] * 3 + [192] * 3 + [0],
+            "n_single_sample_responses": [24] * 3 + [0] * 3 + [0],
+        }
+    )
+    with caplog.at_level("WARNING"):
+        assert warn_single_sample_groups(table) == ["one"]
+    warned = [r.getMessage() for r in caplog.records if "one sample per prompt" in r.getMessage()]
+    assert len(warned) == 1 and "\n" not in warned[0]
+    assert warned[0].startswith("dynamics: run(s) one have one sample per prompt")
+    assert "generation.samples_per_prompt: 1" in warned[0]
+    assert "Cov(log π, A) = 0 and zero-advantage share 1.0" in warned[0]
+
+
+def test_a_verl_parquet_gives_the_user_message_and_ground_truth(tmp_path):
+    """verl's RL data: ``prompt`` a list of chat messages, the answer in
+    ``reward_model.ground_truth`` (docs/configuration.md, "Prompts from verl's parquet")."""
+    path = tmp_path / "aime24.parquet"
+    pd.DataFrame(
+        {
+            "data_source": ["aime24", "aime24"],
+            "prompt": [
+                [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"}],
+                [{"role": "user", "content": "2+3?"}],
+            ],
+            "reward_model": [
+                {"style": "rule", "ground_truth": "2"},
+                {"style": "rule", "ground_truth": "5"},
+            ],
+        }
+    ).to_parquet(path)
+    params = {**PROMPT_PARAMS, "prompt_columns": ["prompt"]}
+    params["answer_column"] = "reward_model.ground_truth"
+    prompts = prompt_node_run(path, params)()["prompts"]
+    assert prompts["prompt"].tolist() == ["1+1?", "2+3?"]
+    assert prompts["answer"].tolist() == ["2", "5"]

@@ -39,7 +39,7 @@ def default_project(tmp_path_factory, smollm2_dir) -> Path:
     return project
 
 
-@pytest.fixture(scope="session", params=["hf", "vllm"])
+@pytest.fixture(scope="session", params=["hf", pytest.param("vllm", marks=pytest.mark.vllm)])
 def demo_project(request, tmp_path_factory, smollm2_dir) -> Path:
     """The demo chain with each generation backend (vllm: `kedro run --params ...backend=vllm`)."""
     if request.param == "hf":

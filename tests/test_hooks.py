@@ -1,5 +1,5 @@
 """hed.hooks.ProvenanceHooks: ``run_context`` only where a pipeline reads it; the end of a run
-names the files written. (``ProjectHooks``' checks: ``tests/test_preflight.py``.)"""
+names the files written. (``ProjectHooks``' checks: ``tests/config/test_preflight.py``.)"""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from hed.io import provenance
 from hed.pipelines.reporting import create_pipeline
 
 RUNS = {"r": {"role": "single", "checkpoint_root": "/ckpt/r", "steps": [0]}}
+#: A Kedro session id (the save version of every versioned output of the run).
+RUN_ID = "2026-12-01T15.00.00.000Z"
 
 
 def test_hooks_leave_pipelines_without_run_context_alone(tmp_path):
@@ -30,7 +32,7 @@ def test_the_end_of_a_run_names_the_files_written(tmp_path, caplog):
     from kedro_datasets.pandas import CSVDataset
 
     paths = [tmp_path / "figure3_high_entropy_token_probability.csv", tmp_path / "summary.csv"]
-    tables = [CSVDataset(filepath=str(p), version=Version(None, None)) for p in paths]
+    tables = [CSVDataset(filepath=str(p), version=Version(None, RUN_ID)) for p in paths]
     for table in tables:
         table.save(pd.DataFrame({"word": ["wait"]}))
     catalog = DataCatalog(
@@ -40,11 +42,102 @@ def test_the_end_of_a_run_names_the_files_written(tmp_path, caplog):
         [Node(lambda: (None, None, None), None, ["figure3_table", "summary_by_step", "plan"])]
     )
     with caplog.at_level("INFO", logger="hed.hooks"):
-        ProvenanceHooks().after_pipeline_run(run_params={}, pipeline=pipeline, catalog=catalog)
-    current = [str(p / next(p.iterdir()).name / p.name) for p in paths]
+        ProvenanceHooks().after_pipeline_run(
+            run_params={"run_id": RUN_ID}, pipeline=pipeline, catalog=catalog
+        )
+    current = [str(p / RUN_ID / p.name) for p in paths]
     (summary,) = [r.getMessage() for r in caplog.records if "Run summary" in r.getMessage()]
     assert summary.splitlines() == [
         "Run summary: 2 figure(s) and table(s) written; current files:",
         f"  {current[0]}",
         f"  {current[1]}",
     ]
+
+
+def test_the_summary_lists_only_what_this_run_wrote(tmp_path, caplog):
+    """--only-missing-outputs with everything present: every node skipped, "nothing written";
+    a run that rewrote one table lists that one, not the table an earlier run left."""
+    import os
+
+    from kedro.io import DataCatalog
+    from kedro.io.core import Version
+    from kedro.pipeline import Node, Pipeline
+    from kedro_datasets.matplotlib import MatplotlibDataset
+    from kedro_datasets.pandas import CSVDataset
+    from matplotlib.figure import Figure
+
+    earlier, now = "2026-12-01T14.00.00.000Z", "2026-12-01T15.00.00.000Z"
+    png, table, plain = tmp_path / "f2.png", tmp_path / "f2.csv", tmp_path / "plain.csv"
+    MatplotlibDataset(filepath=str(png), version=Version(None, earlier)).save(Figure())
+    CSVDataset(filepath=str(table), version=Version(None, earlier)).save(pd.DataFrame({"a": [1]}))
+    CSVDataset(filepath=str(plain)).save(pd.DataFrame({"a": [1]}))
+    os.utime(plain, (1.0, 1.0))  # written long before this run started
+
+    def catalog(save: str) -> DataCatalog:
+        return DataCatalog(
+            {
+                "figure2_png": MatplotlibDataset(filepath=str(png), version=Version(None, save)),
+                "figure3_table": CSVDataset(filepath=str(table), version=Version(None, save)),
+                "summary_by_step": CSVDataset(filepath=str(plain)),
+            }
+        )
+
+    pipeline = Pipeline(
+        [Node(lambda: (1, 2, 3), None, ["figure2_png", "figure3_table", "summary_by_step"])]
+    )
+
+    def summary() -> str:
+        caplog.clear()
+        with caplog.at_level("INFO", logger="hed.hooks"):
+            ProvenanceHooks().after_pipeline_run(
+                run_params={"run_id": now}, pipeline=pipeline, catalog=run_catalog
+            )
+        (line,) = [r.getMessage() for r in caplog.records if "Run summary" in r.getMessage()]
+        return line
+
+    run_catalog = catalog(now)  # every node skipped: nothing saved under `now`
+    assert summary().startswith("Run summary: nothing written")
+    CSVDataset(filepath=str(table), version=Version(None, now)).save(pd.DataFrame({"a": [2]}))
+    assert summary().splitlines() == [
+        "Run summary: 1 figure(s) and table(s) written; current files:",
+        f"  {table / now / table.name}",
+    ]
+
+
+def test_the_summary_names_a_figure_and_table_of_different_runs(tmp_path, caplog):
+    """A run killed after saving Figure 2's table and before its PNG: the newest table is of
+    that run, the newest PNG of the one before; the next run that skips both says so."""
+    from kedro.io import DataCatalog
+    from kedro.io.core import Version
+    from kedro.pipeline import Node, Pipeline
+    from kedro_datasets.matplotlib import MatplotlibDataset
+    from kedro_datasets.pandas import CSVDataset
+    from matplotlib.figure import Figure
+
+    complete, killed, now = (f"2026-12-01T1{h}.00.00.000Z" for h in (3, 4, 5))
+    png, table = tmp_path / "figure2.png", tmp_path / "figure2.csv"
+    for version in (complete, killed):
+        CSVDataset(filepath=str(table), version=Version(None, version)).save(
+            pd.DataFrame({"a": [1]})
+        )
+    MatplotlibDataset(filepath=str(png), version=Version(None, complete)).save(Figure())
+    catalog = DataCatalog(
+        {
+            "figure2_png": MatplotlibDataset(filepath=str(png), version=Version(None, now)),
+            "figure2_paper_reproduction": CSVDataset(
+                filepath=str(table), version=Version(None, now)
+            ),
+        }
+    )
+    pipeline = Pipeline([Node(lambda: (1, 2), None, ["figure2_paper_reproduction", "figure2_png"])])
+    with caplog.at_level("INFO", logger="hed.hooks"):
+        ProvenanceHooks().after_pipeline_run(
+            run_params={"run_id": now}, pipeline=pipeline, catalog=catalog
+        )
+    lines = [r.getMessage() for r in caplog.records if "Run summary" in r.getMessage()]
+    assert lines[0].startswith("Run summary: nothing written")
+    assert lines[1] == (
+        f"Run summary: figure2_png is of run {complete} but figure2_paper_reproduction of run "
+        f"{killed} (a run was interrupted between them): redraw both with `kedro run "
+        "--pipelines reporting` (without --only-missing-outputs)"
+    )

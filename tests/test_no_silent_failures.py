@@ -306,8 +306,9 @@ def test_a_prompt_longer_than_the_context_is_refused_before_generation(smollm2_d
         (
             ("--pipelines", "generaton"),
             "ConfigError: --pipelines generaton: no such pipeline; did you mean generation? "
-            "HED's pipelines: aggregation, dynamics, generation, metrics, mini_rl, publish, "
-            "reporting, rescoring (none: the whole chain) [HED_TRACEBACK=1 shows the traceback]",
+            "HED's pipelines: aggregation, analyses, dynamics, generation, metrics, mini_rl, "
+            "publish, reporting, rescoring (none: the whole chain) [HED_TRACEBACK=1 shows the "
+            "traceback]",
         ),
         (
             ("--env", "my_stduy"),
@@ -326,6 +327,42 @@ def test_a_misspelt_pipeline_or_env_ends_in_one_line(tmp_path, smollm2_dir, args
     output = result.stdout + result.stderr
     assert "Traceback" not in output and "Running node" not in output
     assert result.stderr.strip().splitlines()[-1] == line
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ("--nodes", "compute_entropy_threshold"),
+            "ConfigError: --nodes compute_entropy_threshold: the pipeline has no such node; "
+            "did you mean smollm2_demo.step_0.compute_entropy_threshold? ",
+        ),
+        (
+            ("--from-nodes", "smollm2_demo.step_0.merge_token_record"),
+            "ConfigError: --from-nodes smollm2_demo.step_0.merge_token_record: the pipeline has "
+            "no such node; did you mean smollm2_demo.step_0.merge_token_records",
+        ),
+        (
+            ("--to-nodes", "plot_figure_2"),
+            "ConfigError: --to-nodes plot_figure_2: the pipeline has no such node; did you mean "
+            "plot_figure2",
+        ),
+        (
+            ("--tags", "reportin"),
+            "ConfigError: --tags reportin: the pipeline has no such tag; did you mean reporting",
+        ),
+    ],
+)
+def test_a_misspelt_node_or_tag_ends_in_one_line(tmp_path, smollm2_dir, args, expected):
+    project = copy_project(tmp_path / "project", smollm2_dir)
+    (project / "conf/local").mkdir(exist_ok=True)
+    result = run_kedro_cli(project, "run", *args, check=False, env={"HED_TRACEBACK": ""})
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output and "Running node" not in output
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(expected), last
+    assert last.endswith("[HED_TRACEBACK=1 shows the traceback]"), last
 
 
 # ------------------------------------------------------------------ 7. log hygiene

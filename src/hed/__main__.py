@@ -1,13 +1,22 @@
-"""HED file for ensuring the package is executable as `hed` and `python -m hed`."""
+"""HED file for ensuring the package is executable as `hed` and `python -m hed`.
+
+`python -m hed doctor [--env ENV] [--ray-address ADDR]` is the environment check
+(:mod:`hed.io.doctor`, docs/install.md); anything else is Kedro's project CLI.
+"""
 
 import sys
 from pathlib import Path
 
-from kedro.framework.cli.utils import find_run_command
-from kedro.framework.project import configure_project
-
 
 def main(*args, **kwargs) -> None:
+    if sys.argv[1:2] == ["doctor"] and not args and not kwargs:
+        from hed.io.doctor import main as doctor
+
+        sys.exit(doctor(sys.argv[2:]))
+    # imported here: importing kedro.framework.project configures Kedro's logging
+    from kedro.framework.cli.utils import find_run_command
+    from kedro.framework.project import configure_project
+
     package_name = Path(__file__).parent.name
     configure_project(package_name)
     run = find_run_command(package_name)

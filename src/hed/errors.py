@@ -26,6 +26,14 @@ class InputDataError(HEDError, DatasetError, ValueError):
     """
 
 
+class CredentialsError(ConfigError, DatasetError):
+    """A credential (W&B API key, Hugging Face token) is missing, or refused by its server.
+
+    A ``ConfigError`` that is also a Kedro ``DatasetError``: publishing checks credentials in
+    a dataset's ``save()``, and Kedro passes a ``DatasetError`` on as one line.
+    """
+
+
 class CheckpointError(HEDError, FileNotFoundError):
     """A checkpoint folder is missing, incomplete or of an unsupported layout."""
 
@@ -35,7 +43,7 @@ class OutputWriteError(HEDError, DatasetError, OSError):
 
 
 class NodeFailuresError(HEDError, RuntimeError):
-    """A runner's summary of the nodes that failed (:class:`hed.runners.gpu.FailedNodesError`).
+    """A runner's summary of the nodes that failed (:class:`hed.runners.executor.FailedNodesError`).
 
     Unlike the other HED errors its message has one line per failed node; it is shown as it
     is, since it already names every failure and the command to resume.

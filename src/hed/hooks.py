@@ -8,6 +8,8 @@ what only the session knows (:mod:`hed.io.provenance`). ``settings.py`` register
 from __future__ import annotations
 
 import logging
+import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +17,15 @@ from kedro.config import MissingConfigException, OmegaConfigLoader
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.framework.project import settings
+from kedro.io.core import VERSION_FORMAT
 
 from hed.config import layout, params
-from hed.config.preflight import check_parameters, check_reused_shards
+from hed.config.preflight import check_reused_shards, hand_to_nodes, parsed_sections
 from hed.errors import ConfigError
 from hed.io import run_lock
 from hed.io.freshness import Freshness, update_command
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
-from hed.pass1.sources import export_wandb_api_key
+from hed.pass1.credentials import export_wandb_api_key
 from hed.runners.resume import resume_command, resume_nodes
 
 logger = logging.getLogger(__name__)
@@ -87,11 +90,13 @@ class ProjectHooks:
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
-        """Check parameters up front (:func:`check_parameters`); with
-        ``--only-missing-outputs``, refuse stale shards (:func:`check_reused_shards`)."""
-        check_parameters(pipeline, catalog)
+        """Parse parameters up front (:func:`parsed_sections`); with
+        ``--only-missing-outputs``, refuse stale shards (:func:`check_reused_shards`); then
+        hand the parsed sections to the nodes (:func:`hand_to_nodes`)."""
+        parsed = parsed_sections(pipeline, catalog)
         if run_params.get("only_missing_outputs"):
             check_reused_shards(pipeline, catalog)
+        hand_to_nodes(catalog, parsed)
         env = env_label(run_params.get("env"))
         if getattr(self, "_conf", None):
             run_lock.check_declared_root(layout.data_root(), env, *self._conf)
@@ -122,6 +127,13 @@ def _data_root(context: KedroContext) -> str:
     except MissingConfigException:
         root = None
     root = str(root or layout.DEFAULT_DATA_ROOT)
+    if root.startswith("hf://"):
+        raise ConfigError(
+            f"globals.data_root {root}: a data root on the Hub makes every file "
+            "a commit of its own (rate limits); keep data_root local or on s3:// / gs:// and "
+            "publish to the Hub with `kedro run --pipelines publish` (publish.hub, "
+            "docs/publishing.md)"
+        )
     if "://" in root:  # an object store (s3://, gs://): a URL, not a project folder
         return root
     return str(Path(context.project_path) / root)
@@ -161,7 +173,8 @@ _ANNOUNCED = {
 
 
 class ProvenanceHooks:
-    """Fill ``run_context`` for the nodes that take it (:mod:`hed.io.provenance` says what it holds).
+    """Fill ``run_context`` for the nodes that take it (:mod:`hed.io.provenance` says what it
+    holds).
 
     Stateless: what it records goes into the run's catalog, never onto the instance.
     """
@@ -191,14 +204,23 @@ class ProvenanceHooks:
         """End the run with a summary: the current file of every figure and table it wrote.
 
         Versioned outputs sit in timestamped folders (``<file>/<version>/<file>``); the summary
-        names the version each one loads now, so nothing has to be looked up.
+        names the version each one loads now, so nothing has to be looked up. Only files this
+        run wrote are listed (:func:`written_by_run`): a run whose nodes were all skipped
+        (``--only-missing-outputs`` with every output present) says "nothing written".
         """
-        written = [
-            info["path"]
+        announced = [
+            name
             for name in sorted(pipeline.all_outputs())
             if is_dataset_input(name)
-            and (info := describe_dataset(catalog, name, "load")).get("path")
-            and (name in _ANNOUNCED or str(info["type"]).endswith(_TABLE_TYPES))
+            and (
+                name in _ANNOUNCED
+                or str(describe_dataset(catalog, name)["type"]).endswith(_TABLE_TYPES)
+            )
+        ]
+        written = [
+            path
+            for name in announced
+            if (path := written_by_run(catalog, name, run_params.get("run_id")))
         ]
         if written:
             logger.info(
@@ -206,6 +228,77 @@ class ProvenanceHooks:
                 len(written),
                 "\n  ".join(written),
             )
+        elif announced:
+            logger.info(
+                "Run summary: nothing written (no figure or table of this pipeline was "
+                "(re)computed; the current files are those of an earlier run)"
+            )
+        for line in mismatched_figures(catalog, set(announced)):
+            logger.warning("Run summary: %s", line)
+
+
+#: A figure and the tables it is drawn from: their current versions must be of one run.
+FIGURE_TABLES = {
+    "figure2_png": ("figure2_paper_reproduction", "figure2_single_run_diagnostic"),
+    "figure3_png": ("figure3_table",),
+}
+
+
+def mismatched_figures(catalog: Any, names: set[str]) -> list[str]:
+    """One line per figure whose current version is not of the same run as its table's.
+
+    A run killed between saving a table and its figure (Kedro saves a run's outputs one by
+    one) leaves the newest table of that run next to the figure of an earlier one; a later
+    run that skips both (``--only-missing-outputs``) would keep them. Versions are Kedro's
+    save versions, one per run (its session id).
+
+    Args:
+        catalog: the run's catalog. names: the outputs of the pipeline that ran.
+
+    Returns:
+        ``<figure> is of run <v1> but <table> of run <v2> (...)``, empty when they agree.
+    """
+    lines = []
+    for figure, tables in FIGURE_TABLES.items():
+        table = next((t for t in tables if t in names), None)
+        if figure not in names or table is None:
+            continue
+        versions = []
+        for name in (figure, table):
+            dataset = catalog.get(name)
+            if hasattr(dataset, "_clear_version_cache"):
+                dataset._clear_version_cache()
+            versions.append(describe_dataset(catalog, name, "load").get("version"))
+        if None not in versions and versions[0] != versions[1]:
+            lines.append(
+                f"{figure} is of run {versions[0]} but {table} of run {versions[1]} (a run "
+                "was interrupted between them): redraw both with `kedro run --pipelines "
+                "reporting` (without --only-missing-outputs)"
+            )
+    return lines
+
+
+def written_by_run(catalog: Any, name: str, run_id: str | None) -> str | None:
+    """The file of ``name`` this run wrote, or None when it wrote none.
+
+    A versioned dataset counts when the version it loads now is the run's save version
+    (Kedro saves every versioned output of a run under the session id); an unversioned one
+    when its file was modified after the run started (the session id is its start time).
+    """
+    dataset = catalog.get(name) if name in catalog else None
+    if hasattr(dataset, "_clear_version_cache"):
+        dataset._clear_version_cache()  # a runner's subprocess may have saved it: look again
+    info = describe_dataset(catalog, name, "load")
+    if not info.get("path") or not run_id:
+        return None
+    if info.get("version") is not None:
+        return info["path"] if info["version"] == run_id else None
+    try:
+        started = datetime.strptime(run_id, VERSION_FORMAT).replace(tzinfo=UTC).timestamp()
+        modified = os.path.getmtime(info["path"])
+    except (ValueError, OSError):
+        return None
+    return info["path"] if modified >= started else None
 
 
 #: Dataset types whose outputs the run summary lists (tables and figures).

@@ -3,6 +3,7 @@
 import difflib
 from importlib import resources
 
+import click
 from kedro.framework.project import find_pipelines
 from kedro.framework.project import pipelines as project_pipelines
 from kedro.pipeline import Pipeline
@@ -17,20 +18,84 @@ def register_pipelines() -> dict[str, Pipeline]:
     active configuration environment (see :mod:`hed.config.layout`); ``__default__`` is the whole
     chain generation → aggregation → dynamics → metrics → reporting, preceded by ``mini_rl``
     (training) in environments that have one (``conf/mini_dapo``; empty elsewhere), and
-    followed by ``rescoring`` where ``rescoring.in_default`` is true (``conf/mini_dapo``).
+    followed by ``rescoring`` where ``rescoring.in_default`` is true (``conf/mini_dapo``), then
+    ``analyses`` (pass@k, the entropy–performance fit, runs compared).
 
     Returns:
         A mapping from pipeline names to ``Pipeline`` objects.
     """
-    check_requested_pipelines(getattr(project_pipelines, "_requested_pipelines", None))
+    requested = getattr(project_pipelines, "_requested_pipelines", None)
+    check_requested_pipelines(requested)
     pipelines = find_pipelines(raise_errors=True)
     chain = ["mini_rl", "generation", "aggregation", "dynamics", "metrics", "reporting"]
     if _rescoring_in_default():
         chain.append("rescoring")
+    chain.append("analyses")
     pipelines["__default__"] = sum(
         (pipelines[name] for name in chain if name in pipelines), Pipeline([])
     )
+    filters = _run_command_filters()
+    if filters:
+        chosen = sum((pipelines[n] for n in requested or ["__default__"]), Pipeline([]))
+        check_node_filters(chosen, **filters)
     return pipelines
+
+
+#: ``kedro run`` options that name nodes or tags: {option: click parameter name}.
+NODE_FILTERS = {
+    "--nodes": "node_names",
+    "--from-nodes": "from_nodes",
+    "--to-nodes": "to_nodes",
+    "--tags": "tags",
+}
+
+
+def _run_command_filters() -> dict[str, list[str]]:
+    """The node and tag filters of the ``kedro run`` command being run (click's parsed
+    options), ``{}`` outside a ``kedro run`` command line (a test, a runner's subprocess)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or ctx.info_name != "run":
+        return {}
+    return {key: list(ctx.params.get(key) or []) for key in NODE_FILTERS.values()}
+
+
+def check_node_filters(
+    pipeline: Pipeline,
+    *,
+    node_names: list[str] | None = None,
+    from_nodes: list[str] | None = None,
+    to_nodes: list[str] | None = None,
+    tags: list[str] | None = None,
+) -> None:
+    """Refuse a ``--nodes``, ``--from-nodes``, ``--to-nodes`` or ``--tags`` name the pipeline
+    does not have, listing the closest names (difflib) — Kedro ends in a traceback.
+
+    Args:
+        pipeline: the pipelines the run combines (``--pipelines``, default ``__default__``).
+        node_names, from_nodes, to_nodes: node names as given (Kedro matches them exactly;
+            a name without its ``<run>.step_<step>.`` namespace is answered with the
+            namespaced names it ends).
+        tags: tag names; one that no node carries would silently select nothing.
+
+    Raises:
+        ConfigError: one line: the option, the unknown name and up to 3 close matches.
+    """
+    names = sorted(node.name for node in pipeline.nodes)
+    all_tags = sorted({tag for node in pipeline.nodes for tag in node.tags})
+    given = {"node_names": node_names, "from_nodes": from_nodes, "to_nodes": to_nodes}
+    for option, key in NODE_FILTERS.items():
+        valid = all_tags if key == "tags" else names
+        for name in (tags if key == "tags" else given[key]) or []:
+            if name in valid:
+                continue
+            near = [n for n in valid if n.endswith(f".{name}")][:3]
+            near = near or difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join(near)}? " if near else ""
+            what = "tag" if key == "tags" else "node"
+            raise ConfigError(
+                f"{option} {name}: the pipeline has no such {what}; {hint}"
+                f"list them with `kedro registry describe <pipeline>` ({len(valid)} {what}s)"
+            )
 
 
 def _rescoring_in_default() -> bool:

@@ -1,7 +1,7 @@
 """Generation pipeline nodes: the prompt set from real prompt files, the responses table.
 
-(The records of ``generate_shard`` themselves: ``tests/test_recording.py``; the pipeline on
-real checkpoints: ``tests/test_default_run.py``, ``tests/test_resume.py``.)
+(The records of ``generate_shard`` themselves: ``tests/decode/test_recording.py``; the pipeline on
+real checkpoints: ``tests/test_default_run.py``, ``tests/runners/test_resume.py``.)
 """
 
 from __future__ import annotations

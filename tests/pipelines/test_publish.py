@@ -12,7 +12,7 @@ from hed.errors import ConfigError, InputDataError
 from hed.io import provenance
 from hed.io.datasets import PublishedArtifactsDataset
 from hed.io.provenance import describe_dataset
-from hed.io.publishing import MANIFEST
+from hed.io.publishing import GITATTRIBUTES, LFS_PNG_RULE, MANIFEST, ensure_lfs_rule
 from hed.pipelines.publish import create_pipeline as create_publish
 from hed.pipelines.publish.nodes import plan_publication
 from tests.pipelines.test_reporting import (  # noqa: F401 - _no_git is an autouse fixture
@@ -82,7 +82,8 @@ def reported(tmp_path_factory):
 def test_publish_copies_exactly_the_latest_versions(reported):
     root, first, second = reported
     published = publish(root) / "qae_repro"
-    assert {p.name for p in published.iterdir()} == PUBLISHED | {MANIFEST}
+    assert {p.name for p in published.iterdir()} == PUBLISHED | {MANIFEST, GITATTRIBUTES}
+    assert (published / GITATTRIBUTES).read_text() == LFS_PNG_RULE + "\n"
     latest = written_files(second)
     older = written_files(first)
     assert set(latest) == PUBLISHED
@@ -172,7 +173,12 @@ def test_dataset_resolves_relative_paths_and_replaces_only_what_it_published(tmp
     folder = tmp_path / "results" / "study"
     (folder / "NOTES.md").write_text("kept\n")
     dataset.save(plan_for(tmp_path, {"a.csv": "data/a.csv"}))
-    assert sorted(p.name for p in folder.iterdir()) == ["MANIFEST.json", "NOTES.md", "a.csv"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        GITATTRIBUTES,
+        "MANIFEST.json",
+        "NOTES.md",
+        "a.csv",
+    ]
     assert dataset.load()["study"]["files"]["a.csv"]["source"] == "data/a.csv"
 
 
@@ -188,3 +194,35 @@ def test_published_pngs_go_through_git_lfs():
     attributes = (REPO / ".gitattributes").read_text()
     assert "results/final_artifacts/**/*.png filter=lfs diff=lfs merge=lfs -text" in attributes
     assert (REPO / "results" / "final_artifacts" / ".gitkeep").is_file()
+
+
+def test_the_lfs_rule_is_added_once_keeps_user_lines_and_git_applies_it_to_the_folder(tmp_path):
+    import subprocess
+
+    folder = tmp_path / "results" / "final_artifacts" / "study"
+    folder.mkdir(parents=True)
+    (folder / GITATTRIBUTES).write_text("*.csv text eol=lf")  # the user's, no final newline
+    assert ensure_lfs_rule(folder) is True
+    assert ensure_lfs_rule(folder) is False  # already there: unchanged
+    assert (folder / GITATTRIBUTES).read_text() == f"*.csv text eol=lf\n{LFS_PNG_RULE}\n"
+    git = ["git", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    check = [*git, "check-attr", "filter", "--"]
+    inside = subprocess.run(
+        [*check, "results/final_artifacts/study/figure2.png"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    outside = subprocess.run(
+        [*check, "results/figure2.png"], capture_output=True, text=True, check=False
+    )
+    assert inside.stdout.strip().endswith("filter: lfs")
+    assert outside.stdout.strip().endswith("filter: unspecified")  # scoped to the folder
+
+
+def test_git_lfs_false_writes_no_gitattributes(tmp_path):
+    (tmp_path / "a.png").write_bytes(b"png")
+    dataset = PublishedArtifactsDataset(filepath=str(tmp_path / "results"))
+    dataset.save({**plan_for(tmp_path, {"a.png": "a.png"}), "git_lfs": False})
+    assert not (tmp_path / "results" / "study" / GITATTRIBUTES).exists()

@@ -743,7 +743,9 @@ def test_base_and_qae_repro_reporting_parameters():
     assert base["reporting"]["strict"] is False and qae["reporting"]["strict"] is True
     assert qae["reporting"]["fig3"]["steps"] == [20, 80, 200]
     assert base["reporting"]["top_n_words"] == qae["reporting"]["top_n_words"] == 20
-    assert base["publish"] == {"env_name": None}
+    assert "publish" not in base and "publish" not in qae  # in parameters_publish.yml
+    published = yaml.safe_load((REPO / "conf/base/parameters_publish.yml").read_text())
+    assert published["publish"]["env_name"] is None
 
 
 # ------------------------------------------------------------------ Figure 2 measure and slots

@@ -225,6 +225,82 @@ def test_figures_are_pngs(chain):
             assert image.format == "PNG" and image.size[0] >= 500
 
 
+def merged_records(project: Path, run: str, step: int) -> pd.DataFrame:
+    merged = latest(project / f"data/03_primary/token_records/{run}/step_{step}.parquet")
+    return pq.read_table(merged).to_pandas().sort_values(KEY).reset_index(drop=True)
+
+
+def trainer_rescored(project: Path, run: str, step: int) -> pd.DataFrame:
+    folder = project / f"data/03_primary/rescoring/{run}/step_{step}"
+    frames = [
+        pq.read_table(latest(folder / f"shard_{k}.trainer_rescored.parquet")).to_pandas()
+        for k in (0, 1)
+    ]
+    return pd.concat(frames).sort_values(KEY).reset_index(drop=True)
+
+
+def test_sampler_trainer_mismatch_equals_numpy_on_the_bf16_rescore(chain):
+    """Each step's own responses re-scored in bfloat16 against the float32 decode-time records."""
+    table = pd.read_csv(latest(chain / "data/04_feature/sampler_trainer_mismatch.csv"))
+    assert len(table) == 5 * 5  # 5 (run, step) × 5 subsets
+    assert set(table["rescore_dtype"]) == {"bfloat16"} and set(table["decode_dtype"]) == {"float32"}
+    for run, steps in RUNS.items():
+        for step in steps:
+            records, scores = merged_records(chain, run, step), trainer_rescored(chain, run, step)
+            assert records["token_id"].tolist() == scores["token_id"].tolist()
+            keep = ~records["is_special"].to_numpy()
+            d = (
+                records["logprob"].to_numpy(np.float64)[keep]
+                - scores["logprob"].to_numpy(np.float64)[keep]
+            )
+            r = np.exp(-d)
+            row = table[(table.run == run) & (table.step == step) & (table.subset == "all")].iloc[0]
+            assert row["n_tokens"] == keep.sum()
+            assert row["mean_abs_delta_logprob"] == pytest.approx(np.abs(d).mean(), rel=1e-9)
+            assert row["kl_k3"] == pytest.approx(np.mean(r - 1 - np.log(r)), rel=1e-6, abs=1e-12)
+            assert row["ratio_outside_share"] == pytest.approx(np.mean((r < 0.5) | (r > 2.0)))
+            high = records["is_high_entropy"].to_numpy()[keep]
+            row = table[(table.run == run) & (table.step == step)]
+            high_row = row[row.subset == "high_entropy"].iloc[0]
+            assert high_row["n_tokens"] == high.sum()
+            assert high_row["p90_abs_delta_logprob"] == pytest.approx(
+                np.percentile(np.abs(d[high]), 90), rel=1e-9
+            )
+    assert table.loc[table.subset == "all", "mean_abs_delta_logprob"].max() > 1e-4  # bf16 ≠ fp32
+
+
+def test_delta_logprob_equals_numpy_on_the_rescored_records(chain):
+    table = pd.read_csv(latest(chain / "data/04_feature/delta_logprob_by_step.csv"))
+    for run, steps in RUNS.items():
+        base = rescored(chain, run, steps[0])
+        keep = ~base["is_special"].to_numpy()
+        for step in steps:
+            d = rescored(chain, run, step)["logprob"].to_numpy(np.float64)[keep]
+            d = d - base["logprob"].to_numpy(np.float64)[keep]
+            row = table[(table.run == run) & (table.step == step) & (table.subset == "all")]
+            assert row["mean"].iloc[0] == pytest.approx(d.mean(), rel=1e-9, abs=1e-12)
+            assert row["p90"].iloc[0] == pytest.approx(np.percentile(d, 90), rel=1e-9, abs=1e-12)
+            assert row["base_step"].iloc[0] == steps[0]
+    base_rows = table[table.step == 0]
+    assert (base_rows.loc[base_rows.n_tokens > 0, "mean_abs"] == 0).all()
+    assert base_rows.loc[base_rows.n_tokens == 0, "mean_abs"].isna().all()  # empty subsets
+    tops = pd.read_csv(latest(chain / "data/04_feature/delta_logprob_top_tokens.csv"))
+    assert set(tops["direction"]) <= {"rose", "fell"} and set(tops["step"]) <= {20, 5}
+    for name in ("sampler_trainer_mismatch.png", "delta_logprob_by_step.png"):
+        assert Image.open(latest(chain / "data/08_reporting/figures" / name)).size[0] > 200
+
+
+def test_a_float32_trainer_rescore_reproduces_the_sampler(chain):
+    """Re-scorer = sampler (both float32): the mismatch vanishes to float32 rounding."""
+    run_kedro(chain, "rescoring", params={"analyses": {"mismatch": {"dtype": "float32"}}})
+    table = pd.read_csv(latest(chain / "data/04_feature/sampler_trainer_mismatch.csv"))
+    assert set(table["rescore_dtype"]) == {"float32"}
+    assert table["mean_abs_delta_logprob"].max() < 1e-5
+    assert table["kl_k3"].max() < 1e-9
+    assert (table["ratio_outside_share"].dropna() == 0).all()  # empty subsets: NaN
+    assert table.loc[table.subset == "all", "ratio_outside_share"].notna().all()
+
+
 def test_a_users_parquet_and_another_runs_reference(chain):
     """`source: file` re-scores a user's pairs; `run: tiny_a` makes tiny_b score tiny_a's."""
     path = chain / "data/01_raw/rescoring/responses.parquet"

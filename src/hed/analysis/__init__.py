@@ -1,1 +1,2 @@
-"""Analyses of merged records: step merge, word mass, covariance, correctness, overlap, rescoring tables."""
+"""Analyses of merged records: step merge, word mass, covariance, correctness, overlap, rescoring
+tables."""

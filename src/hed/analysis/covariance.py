@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from hed.config.params import positive_int
+from hed.core.validators import positive_int
 from hed.errors import ConfigError, InputDataError
 from hed.records.arrow_stream import row_group_batches
 from hed.records.response_index import ResponseIndex

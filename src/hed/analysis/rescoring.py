@@ -1,20 +1,21 @@
 """The rescoring pipeline's library: its parameters, the reference-set plan, the shard split
-and the re-scored tables (docs/rescoring.md). The scoring itself is :mod:`hed.decode.teacher_forced`."""
+and the re-scored tables (docs/rescoring.md). The scoring itself is
+:mod:`hed.decode.teacher_forced`."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from hed.config.params import positive_int
-from hed.decode.teacher_forced import CONSISTENCY_TOLERANCE_NATS, ResponseToScore
+from hed.core.validators import positive_int
+from hed.decode.types import CONSISTENCY_TOLERANCE_NATS, ResponseToScore
 from hed.errors import ConfigError, HEDError
 from hed.records.schema import RECORD_KEY, RESCORED_RECORD_SCHEMA
 
@@ -25,19 +26,6 @@ REFERENCE_METADATA_KEY = b"hed.reference"
 #: Parquet key-value metadata of a re-scored shard: how it was scored.
 RESCORING_METADATA_KEY = b"hed.decode.teacher_forced"
 
-#: ``rescoring`` parameters and their defaults (``conf/base/parameters_rescoring.yml``).
-RESCORING_DEFAULTS: dict[str, Any] = {
-    "in_default": False,
-    "reference": {"source": "generated", "run": None, "step": None},
-    "dtype": "float32",
-    "batch_size": 4,
-    "chunk_positions": 64,
-    "temperature": None,
-    "top_prob_k": None,
-    "torch_threads": None,
-    "percentile_bin_width": 5,
-    "consistency_tolerance": CONSISTENCY_TOLERANCE_NATS,
-}
 REFERENCE_SOURCES = ("generated", "file")
 RESCORING_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -64,13 +52,73 @@ class RescoringConsistencyError(HEDError):
 # ------------------------------------------------------------------ parameters and plan
 
 
-def rescoring_section(rescoring: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReferenceSource:
+    """``rescoring.reference``: which responses every checkpoint of a run re-scores.
+
+    Attributes:
+        source: ``generated`` (HED's merged records) or ``file`` (``rescoring_user_responses``).
+        run: the run whose responses are re-scored (None: each run its own).
+        step: that run's step (None or ``last``: its last step).
+    """
+
+    source: str = "generated"
+    run: str | None = None
+    step: int | str | None = None
+
+
+@dataclass(frozen=True)
+class RescoringParams:
+    """``params:rescoring``, checked; the field defaults are the section's defaults (the one
+    place they are written in code; ``conf/base/parameters_rescoring.yml`` spells them out).
+
+    Attributes:
+        in_default: ``kedro run`` (``__default__``) includes the rescoring pipeline.
+        reference: which responses are re-scored (:class:`ReferenceSource`).
+        dtype: ``float32``, ``bfloat16`` or ``float16`` (float32 reproduces the decode-time
+            records to 1e-4 nats).
+        batch_size: responses per forward pass, ≥ 1.
+        chunk_positions: positions per LM-head chunk, ≥ 1.
+        temperature: T of softmax(z / T) (None: ``generation.temperature``).
+        top_prob_k: top-k kept per position (None: ``generation.top_prob_k``).
+        torch_threads: torch's CPU threads (None: torch's default).
+        percentile_bin_width: width of the base-percentile bins, in percent.
+        consistency_tolerance: nats; the float32 self-consistency bound.
+    """
+
+    in_default: bool = False
+    reference: ReferenceSource = field(default_factory=ReferenceSource)
+    dtype: str = "float32"
+    batch_size: int = 4
+    chunk_positions: int = 64
+    temperature: float | None = None
+    top_prob_k: int | None = None
+    torch_threads: int | None = None
+    percentile_bin_width: int = 5
+    consistency_tolerance: float = CONSISTENCY_TOLERANCE_NATS
+
+    @classmethod
+    def of(cls, value: Any) -> RescoringParams:
+        """``value`` if already parsed, else :func:`rescoring_section` of it."""
+        return value if isinstance(value, cls) else rescoring_section(value)
+
+
+#: ``rescoring`` parameters and their defaults, from :class:`RescoringParams`.
+RESCORING_DEFAULTS: dict[str, Any] = {
+    f.name: asdict(ReferenceSource()) if f.name == "reference" else f.default
+    for f in fields(RescoringParams)
+}
+
+
+def rescoring_section(rescoring: Any) -> RescoringParams:
     """``params:rescoring`` with defaults filled in, validated.
 
     Raises:
         ConfigError: not a mapping, an unknown key, an unknown ``reference.source`` or dtype,
             or a batch size / chunk size that is not a positive integer.
     """
+    if isinstance(rescoring, RescoringParams):
+        return rescoring
     if rescoring is None:
         rescoring = {}
     if not isinstance(rescoring, dict):
@@ -90,14 +138,14 @@ def rescoring_section(rescoring: Any) -> dict[str, Any]:
         raise ConfigError(
             f"rescoring.reference.source = {reference['source']!r}: use generated or file"
         )
-    merged["reference"] = reference
+    merged["reference"] = ReferenceSource(**reference)
     if merged["dtype"] not in RESCORING_DTYPES:
         raise ConfigError(
             f"rescoring.dtype = {merged['dtype']!r}: use one of {', '.join(RESCORING_DTYPES)}"
         )
     for name in ("batch_size", "chunk_positions"):
         positive_int(merged[name], f"rescoring.{name}")
-    return merged
+    return RescoringParams(**merged)
 
 
 @dataclass(frozen=True)
@@ -133,17 +181,17 @@ def reference_plan(run: str, runs_steps: dict[str, Sequence[int]], rescoring: An
     Raises:
         ConfigError: ``reference.run`` is not a run, or ``reference.step`` not one of its steps.
     """
-    reference = rescoring_section(rescoring)["reference"]
-    if reference["source"] == "file":
+    reference = rescoring_section(rescoring).reference
+    if reference.source == "file":
         return ReferencePlan(run, "file", None, None)
-    ref_run = reference["run"] or run
+    ref_run = reference.run or run
     if ref_run not in runs_steps:
         raise ConfigError(
             f"rescoring.reference.run = {ref_run!r} is not a run; known runs: "
             f"{', '.join(runs_steps)}"
         )
     steps = list(runs_steps[ref_run])
-    step = reference["step"]
+    step = reference.step
     if step is None or step == "last":
         step = max(steps)
     if step not in steps:
@@ -196,7 +244,8 @@ def items_to_score(table: pa.Table, tokenizer, prompt_params, special_ids, rende
 def rescored_table(
     scored: Sequence[Any], special: Sequence[np.ndarray], *, run: str, step: int, shard: int, k: int
 ) -> pa.Table:
-    """Assemble :class:`~hed.decode.teacher_forced.ScoredResponse` lists into a RESCORED_RECORD_SCHEMA table."""
+    """Assemble :class:`~hed.decode.teacher_forced.ScoredResponse` lists into a
+    RESCORED_RECORD_SCHEMA table."""
     lengths = np.array([len(s.token_ids) for s in scored], dtype=np.int64)
     n = int(lengths.sum())
 

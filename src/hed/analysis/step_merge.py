@@ -5,7 +5,8 @@ Shard k holds the prompts with ``prompt_index % num_shards == k``, each shard so
 (prompt_index, sample_index, position), so the merge streams all shards at once and takes
 prompt after prompt from its shard (memory: one read batch per shard plus a few output
 chunks; :class:`hed.records.arrow_stream.ShardCursor`). Words are assigned per chunk of whole
-responses (:func:`hed.core.words.find_words`), categories from the :class:`hed.core.lexicon.Lexicon`,
+responses (:func:`hed.core.words.find_words`), categories from the
+:class:`hed.core.lexicon.Lexicon`,
 high-entropy marks by :class:`hed.core.thresholds.HighEntropyMarker` (ties at the threshold in
 key order). While the merged chunks stream to their file, the high-entropy rows are set
 aside (:class:`HighEntropySpill`) so the merged file is never decoded again to pick them out.

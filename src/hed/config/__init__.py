@@ -1,1 +1,2 @@
-"""Configuration: parameter sections and validators, the study layout, checks before the first node."""
+"""Configuration: parameter sections and validators, the study layout, checks before the first
+node."""

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hed.config.params import is_integer, positive_int
+from hed.config.params import GenerationParams
+from hed.core.validators import is_integer, positive_int
 from hed.decode.checkpoints import discover_steps
 from hed.errors import CheckpointError, ConfigError
 
@@ -141,6 +142,8 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
             )
         )
     generation = params.get("generation")
+    if isinstance(generation, GenerationParams):  # parsed before the run: already checked
+        return StudyLayout(runs=tuple(runs), num_shards=generation.num_shards)
     if generation is None:
         generation = {}
     if not isinstance(generation, dict):

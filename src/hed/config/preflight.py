@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hed.config import layout, params
+from hed.config.publish import publish_params
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import CheckpointError, ConfigError
 from hed.records.shard_metadata import (
@@ -35,7 +36,8 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
     Each shard's ``sequences`` file records its generation parameters (``hed.generation``);
     they are compared here with the current ``params:generation`` and ``params:prompts``
     (sampling parameters, dtype, prompt rendering) and with the checkpoint's content
-    fingerprint as it is now (:func:`hed.decode.checkpoints.checkpoint_fingerprint`: a step retrained
+    fingerprint as it is now (:func:`hed.decode.checkpoints.checkpoint_fingerprint`: a step
+    retrained
     at the same path), before anything runs.
 
     Args:
@@ -124,18 +126,7 @@ def _versions_folder(path: str) -> str:
 def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
     """Check the parameters every node of the run will read, before the first node runs.
 
-    Nodes check their own parameters, but a bad ``aggregation.top_entropy_frac`` or
-    ``reporting.top_n_words`` would otherwise surface only after hours of generation. Checked
-    here, for the sections the pipeline reads, with the rules of :mod:`hed.config.params`: ``runs``
-    (names, roles, steps: :func:`hed.config.layout.layout_from_params`), ``generation`` (sampling
-    parameters, dtype), ``aggregation`` (``top_entropy_frac``, the lexicon), ``reporting``
-    (section shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``,
-    the completeness rules that need no data (:func:`check_strict_completeness`). Unknown
-    keys are refused earlier, when the session starts (:func:`hed.config.params.check_unknown_keys`).
-
-    Args:
-        pipeline: the pipeline about to run.
-        catalog: the run's catalog (holds ``params:<section>``).
+    See :func:`parsed_sections` (which this calls).
 
     Returns:
         The sections checked, e.g. ``["generation", "aggregation"]``.
@@ -143,27 +134,93 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
     Raises:
         ConfigError: the first invalid value, in the nodes' own one-line wording.
     """
+    return list(parsed_sections(pipeline, catalog))
+
+
+def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
+    """Parse every parameter section the pipeline reads, once, before the first node runs.
+
+    A bad ``aggregation.top_entropy_frac`` or ``reporting.top_n_words`` would otherwise
+    surface only after hours of generation. Parsed here, for the sections the pipeline reads,
+    with the rules of :mod:`hed.config.params`: ``runs`` (names, roles, steps:
+    :func:`hed.config.layout.layout_from_params`), ``generation`` (sampling parameters, dtype,
+    backend), ``aggregation`` (``top_entropy_frac``, the lexicon), ``reporting`` (section
+    shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``, the
+    completeness rules that need no data (:func:`check_strict_completeness`), ``rescoring``
+    (:func:`hed.analysis.rescoring.rescoring_section`), ``publish`` (destinations and their
+    targets: :func:`hed.config.publish.publish_params`). Unknown keys are refused earlier, when
+    the session starts (:func:`hed.config.sections.check_unknown_keys`).
+
+    Args:
+        pipeline: the pipeline about to run.
+        catalog: the run's catalog (holds ``params:<section>``).
+
+    Returns:
+        ``{section: parsed}`` in check order: a :class:`~hed.config.layout.StudyLayout` for
+        ``runs``, :class:`~hed.config.params.GenerationParams`,
+        :class:`~hed.config.params.AggregationParams`, :class:`~hed.config.params.ReportingParams`,
+        :class:`~hed.analysis.rescoring.RescoringParams`.
+
+    Raises:
+        ConfigError: the first invalid value, in the nodes' own one-line wording.
+    """
+    from hed.analysis.rescoring import rescoring_section
+
     datasets = pipeline.datasets()
 
     def load(name: str) -> Any:
         return catalog.load(f"params:{name}") if f"params:{name}" in catalog else None
 
-    checked = []
+    parsed: dict[str, Any] = {}
     if "params:runs" in datasets:
-        layout.layout_from_params({"runs": load("runs"), "generation": load("generation") or {}})
-        checked.append("runs")
+        parsed["runs"] = layout.layout_from_params(
+            {"runs": load("runs"), "generation": load("generation") or {}}
+        )
     if "params:generation" in datasets:
-        params.generation_params(load("generation"))
-        checked.append("generation")
+        parsed["generation"] = params.generation_params(load("generation"))
     if "params:aggregation" in datasets:
-        params.aggregation_params(load("aggregation"))
-        checked.append("aggregation")
+        parsed["aggregation"] = params.aggregation_params(load("aggregation"))
     if "params:reporting" in datasets:
-        reporting = params.reporting_params(load("reporting"))
+        reporting = parsed["reporting"] = params.reporting_params(load("reporting"))
         if reporting.strict:
             check_strict_completeness(reporting, load("runs") or {}, load("metrics"))
-        checked.append("reporting")
-    return checked
+        check_token_report_steps(reporting, load("runs") or {})
+        if reporting.raw.get("explorer") is not None:  # the study explorer's bounds
+            from hed.report.explorer import explorer_options
+
+            explorer_options(reporting.raw["explorer"])
+    if "params:rescoring" in datasets:
+        parsed["rescoring"] = rescoring_section(load("rescoring"))
+    if "params:publish" in datasets:
+        parsed["publish"] = publish_params(load("publish"))
+    return parsed
+
+
+#: Sections whose nodes take the parsed object (``GenerationParams.of``,
+#: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section`` accept it): the
+#: pre-run check hands these to them in place of the raw dict.
+TYPED_SECTIONS = ("generation", "aggregation", "reporting", "rescoring")
+
+
+def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
+    """Put the parsed sections of :data:`TYPED_SECTIONS` into the run's catalog.
+
+    ``params:generation`` then holds a :class:`~hed.config.params.GenerationParams`,
+    ``params:aggregation`` an :class:`~hed.config.params.AggregationParams`,
+    ``params:reporting`` a :class:`~hed.config.params.ReportingParams` and
+    ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`: the nodes read
+    attributes, nothing is parsed again. The whole ``parameters`` dataset (what
+    ``resolved_config`` records) is left as configured.
+
+    Returns:
+        The ``params:<section>`` names replaced.
+    """
+    handed = []
+    for name in TYPED_SECTIONS:
+        if name in parsed and f"params:{name}" in catalog:
+            catalog.save(f"params:{name}", parsed[name])
+            handed.append(f"params:{name}")
+    return handed
 
 
 def check_strict_completeness(
@@ -210,9 +267,77 @@ def check_strict_completeness(
     for name in runs:
         if not ((metric_runs.get(name) or {}).get("sources") or {}):
             gaps.append(f"metrics.runs.{name}.sources is empty: no pass@1 for run {name}")
+        else:
+            gaps += _csv_pass1_gaps(metrics, name, (runs[name] or {}).get("steps", "all"))
     if gaps:
         raise ConfigError(
             "reporting.strict is true but the figures cannot be complete: "
             + "; ".join(f"({i}) {gap}" for i, gap in enumerate(gaps, 1))
             + "; fix these before generating, or set reporting.strict: false to draw what exists"
         )
+
+
+def check_token_report_steps(reporting: params.ReportingParams, runs: Mapping[str, Any]) -> None:
+    """Refuse ``reporting.token_report.steps`` or ``reporting.explorer.steps`` that match no
+    step of any run, before generation.
+
+    ``build_token_report`` and the explorer's node raise the same errors, but only after every
+    shard has been generated. Runs with ``steps: all`` have steps known only on disk: then
+    nothing is checked.
+
+    Args:
+        reporting: the checked ``params:reporting``.
+        runs: ``params:runs``.
+
+    Raises:
+        ConfigError: the wording of :func:`hed.report.token_report.payload.build_report` and
+            :mod:`hed.report.explorer.builder`.
+    """
+    from hed.report.explorer import explorer_options
+    from hed.report.token_report.options import token_report_options
+
+    pages = {
+        "token_report": token_report_options(reporting.raw.get("token_report")),
+        "explorer": explorer_options(reporting.raw.get("explorer")),
+    }
+    available: set[int] = set()
+    for name, cfg in runs.items():
+        steps = (cfg or {}).get("steps", "all")
+        if steps == "all":
+            return
+        available |= set(params.step_list(steps, f"runs.{name}.steps") or [])
+    for key, options in pages.items():
+        if runs and options.enabled and options.steps is not None:
+            if not available & set(options.steps):
+                raise ConfigError(
+                    f"reporting.{key}.steps {list(options.steps)} matches no step of the "
+                    f"runs (steps available: {sorted(available)}); set it to null or to "
+                    "existing steps"
+                )
+
+
+def _csv_pass1_gaps(metrics: Any, run: str, steps: Any) -> list[str]:
+    """The configured steps of ``run`` its ``csv`` figure source has no pass@1 for.
+
+    Only a local CSV that is the run's figure source and an explicit step list are checked
+    here (W&B sources and ``steps: all`` are known only when the metrics pipeline reads
+    them; the reporting node checks those). A CSV that cannot be read raises its own
+    one-line :class:`~hed.errors.InputDataError`.
+    """
+    from hed.pass1.sources import parse_run_config, read_pass1_csv
+
+    config = parse_run_config(metrics, run)
+    spec = config.source("csv")
+    if spec is None or config.figure_source != "csv" or steps == "all":
+        return []
+    options = spec.options
+    table = read_pass1_csv(
+        options["path"],
+        step_column=options["step_column"],
+        pass1_column=options["pass1_column"],
+        scale=options["scale"],
+    )
+    absent = sorted(set(params.step_list(steps, f"runs.{run}.steps") or []) - set(table["step"]))
+    if not absent:
+        return []
+    return [f"pass@1 CSV {options['path']} has no value for run {run} at step(s) {absent}"]

@@ -227,6 +227,71 @@ def checkpoint_fingerprint(model_dir: str | Path) -> dict[str, str]:
     }
 
 
+def vocabulary_of(model_dir: str | Path) -> dict[str, Any]:
+    """What the token ids of a checkpoint mean: its vocabulary size and tokenizer.
+
+    Returns:
+        ``{"vocab_size": int | None, "tokenizer_sha256": str | None}``: ``vocab_size`` of
+        ``config.json`` (the logits' width: entropies are over this many tokens); sha256 of
+        the tokenizer's vocabulary (``tokenizer.json``'s ``model.vocab`` and
+        ``added_tokens``, else ``vocab.json``'s bytes, else ``tokenizer.model``'s), None when
+        the folder holds none of them. Unreadable JSON counts as None (loading reports it).
+    """
+    model_dir = Path(model_dir)
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    digest = None
+    try:
+        if (model_dir / "tokenizer.json").is_file():
+            tok = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
+            vocab = [(tok.get("model") or {}).get("vocab"), tok.get("added_tokens")]
+            digest = hashlib.sha256(json.dumps(vocab, sort_keys=True).encode()).hexdigest()
+        else:
+            found = [model_dir / n for n in ("vocab.json", "tokenizer.model")]
+            first = next((f for f in found if f.is_file()), None)
+            digest = hashlib.sha256(first.read_bytes()).hexdigest() if first else None
+    except (OSError, ValueError):
+        digest = None
+    return {"vocab_size": int(size) if size else None, "tokenizer_sha256": digest}
+
+
+def check_same_vocabulary(run: str, model_dirs: dict[int, str | Path]) -> None:
+    """Refuse a run whose checkpoints do not share one vocabulary and tokenizer.
+
+    Entropies, top-k and token texts of steps over different vocabularies cannot be
+    compared (a resized embedding, a tokenizer swapped mid-run). The first step is the
+    reference; a size or tokenizer that cannot be read is not compared.
+
+    Args:
+        run: the run's name. model_dirs: ``{step: model folder}`` in step order.
+
+    Raises:
+        CheckpointError: one line naming both steps, their folders and vocabulary sizes (or
+            that their tokenizers differ).
+    """
+    seen = [(step, Path(d), vocabulary_of(d)) for step, d in model_dirs.items()]
+    if not seen:
+        return
+    step0, dir0, ref = seen[0]
+    for step, folder, vocab in seen[1:]:
+        for key, what in (("vocab_size", "vocabulary size"), ("tokenizer_sha256", "tokenizer")):
+            if None in (ref[key], vocab[key]) or ref[key] == vocab[key]:
+                continue
+            values = (
+                f"{vocab[key]:,} vs {ref[key]:,}"
+                if key == "vocab_size"
+                else "a different token vocabulary"
+            )
+            raise CheckpointError(
+                f"run {run}: step {step} ({folder}) has {what} {values} at step {step0} "
+                f"({dir0}); entropies over different vocabularies cannot be compared: "
+                f"use checkpoints of one model or drop step {step} from runs.{run}.steps"
+            )
+
+
 def write_model_folder(model: Any, tokenizer: Any, target: str | Path) -> Path:
     """Write a HuggingFace model folder (weights, config, tokenizer) into place atomically.
 

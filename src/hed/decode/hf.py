@@ -1,4 +1,6 @@
-"""Exact decode-time token records with transformers ``generate`` (docs/datasets.md).
+"""The ``hf`` backend: exact decode-time token records with transformers ``generate``
+(docs/datasets.md). :class:`HFBackend` implements :class:`hed.decode.backend.DecodingBackend`
+over :func:`generate_sequences`; the processors are in :mod:`hed.decode.hf_processors`.
 
 At every decode step ``generate`` hands the float32 raw logits ``z`` (B, V) to its logits
 processors, in list order, then takes ``argmax`` of what the last one returns (HED runs it
@@ -47,281 +49,36 @@ keeps ``B · T · V`` floats).
 
 from __future__ import annotations
 
-import hashlib
-import numbers
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    GenerationConfig,
-    LogitsProcessor,
-    LogitsProcessorList,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
+import transformers
+from transformers import GenerationConfig
 
-from hed.core.entropy import NonFiniteLogitsError, token_distribution_stats, token_logprobs
+from hed.core.entropy import NonFiniteLogitsError
 from hed.core.token_text import token_texts_batch
-from hed.errors import CheckpointError, ConfigError, one_line
-
-FINISH_EOS = "eos"
-FINISH_LENGTH = "length"
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-#: ``top_k`` values that mean "no top-k filter": transformers/TRL write 0, vLLM/verl -1.
-TOP_K_OFF = (None, 0, -1)
-
-
-@dataclass(frozen=True)
-class PromptInput:
-    """One prompt to answer.
-
-    Attributes:
-        prompt_index: 0-based index in the sampled prompt set.
-        prompt_id: stable identifier of the prompt (part of the sampling seed).
-        text: the full model input, already chat-templated (special tokens written as text).
-    """
-
-    prompt_index: int
-    prompt_id: str
-    text: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class SamplingParams:
-    """Every sampling setting, explicit (nothing is inherited from the checkpoint).
-
-    Attributes:
-        temperature: T > 0; records describe softmax(z / T).
-        top_p: nucleus filter of the sampler (1.0 = off); never applied to the records.
-        top_k: top-k filter of the sampler (None = off; 0, as transformers and TRL write it, and
-            -1, as vLLM and verl write it, also mean off and are stored as None); never
-            applied to the records.
-        max_new_tokens: response length limit.
-        top_prob_k: how many most probable tokens each record keeps.
-        seed: base seed; each sequence's generator is seeded from (seed, prompt_id, sample_index).
-        batch_size: sequences per ``generate`` call.
-    """
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int | None = None
-    max_new_tokens: int
-    top_prob_k: int = 5
-    seed: int = 0
-    batch_size: int = 8
-
-    def __post_init__(self) -> None:
-        if self.top_k in TOP_K_OFF and not isinstance(self.top_k, bool):
-            object.__setattr__(self, "top_k", None)
-
-        def real(value: Any) -> bool:
-            return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-        def whole(value: Any) -> bool:
-            return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-        checks = [
-            ("temperature", real(self.temperature) and self.temperature > 0, "> 0"),
-            ("top_p", real(self.top_p) and 0 < self.top_p <= 1, "in (0, 1]"),
-            (
-                "top_k",
-                self.top_k is None or (whole(self.top_k) and self.top_k > 0),
-                "a positive integer, or null / 0 / -1 (off)",
-            ),
-            ("max_new_tokens", whole(self.max_new_tokens) and self.max_new_tokens > 0, "> 0"),
-            ("top_prob_k", whole(self.top_prob_k) and self.top_prob_k > 0, "> 0"),
-            ("seed", whole(self.seed), "an integer"),
-            ("batch_size", whole(self.batch_size) and self.batch_size > 0, "> 0"),
-        ]
-        for name, ok, rule in checks:
-            if not ok:
-                raise ConfigError(f"generation.{name} must be {rule}, got {getattr(self, name)!r}")
-
-
-@dataclass
-class GeneratedSequence:
-    """One response and its per-token records (positions 0..n-1, EOS included).
-
-    Attributes:
-        prompt_index, prompt_id, sample_index: which prompt and which of its samples.
-        token_ids: (n,) int32 sampled tokens.
-        entropy: (n,) float32 entropy of softmax(z / T) in nats.
-        logprob: (n,) float32 log-probability of the sampled token, same distribution.
-        topk_token_ids: (n, k) int32 most probable tokens, most probable first.
-        topk_probs: (n, k) float32 their probabilities.
-        token_texts: n strings, the exact text each token adds (:mod:`hed.core.token_text`).
-        response_text: ``"".join(token_texts)``, i.e. the decode with special tokens kept.
-        finish_reason: ``"eos"`` (ended by an EOS id) or ``"length"`` (max_new_tokens).
-    """
-
-    prompt_index: int
-    prompt_id: str
-    sample_index: int
-    token_ids: np.ndarray
-    entropy: np.ndarray
-    logprob: np.ndarray
-    topk_token_ids: np.ndarray
-    topk_probs: np.ndarray
-    token_texts: list[str]
-    response_text: str
-    finish_reason: str
-
-    @property
-    def n_tokens(self) -> int:
-        """Number of recorded positions."""
-        return len(self.token_ids)
-
-
-# --------------------------------------------------------------------------- processors
-
-
-class DecodeRecorder(LogitsProcessor):
-    """Logits processor that records, per decode step, O(k) statistics of softmax(z / T).
-
-    Must come first in the processor list so it sees the raw logits ``z``. Per step it
-    appends (on the logits' device, without a host sync) entropy ``(B,)``, top-k ids and
-    probabilities ``(B, k)``; :meth:`record_sampled` then appends the sampled tokens and
-    their log-probabilities ``(B,)``. Between the two calls it holds the step's logits and
-    ``log Z`` (generate holds those logits anyway); they are released once the token is known.
-
-    Args:
-        temperature: T of softmax(z / T).
-        top_prob_k: how many most probable tokens to keep per step.
-        on_tokens: called after each step with that step's sampled tokens ``(B,)`` (on the
-            device); :func:`generate_sequences` counts generated tokens with it for progress.
-    """
-
-    def __init__(
-        self,
-        temperature: float = 1.0,
-        top_prob_k: int = 5,
-        on_tokens: Callable[[torch.Tensor], None] | None = None,
-    ):
-        self.temperature = temperature
-        self.top_prob_k = top_prob_k
-        self.on_tokens = on_tokens
-        self.entropy: list[torch.Tensor] = []
-        self.topk_ids: list[torch.Tensor] = []
-        self.topk_probs: list[torch.Tensor] = []
-        self.tokens: list[torch.Tensor] = []
-        self.logprob: list[torch.Tensor] = []
-        self._logits: torch.Tensor | None = None
-        self._log_z: torch.Tensor | None = None
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        stats = token_distribution_stats(
-            scores, self.temperature, self.top_prob_k, check_finite=False
-        )
-        self.entropy.append(stats.entropy)
-        self.topk_ids.append(stats.topk_ids.to(torch.int32))
-        self.topk_probs.append(stats.topk_probs)
-        self._logits, self._log_z = scores, stats.log_z
-        return scores
-
-    def record_sampled(self, tokens: torch.Tensor) -> None:
-        """Record the tokens chosen at the current step and their log-probabilities."""
-        if self._logits is None or self._log_z is None:
-            raise RuntimeError("DecodeRecorder.record_sampled called before the step's logits")
-        self.tokens.append(tokens)
-        self.logprob.append(token_logprobs(self._logits, tokens, self._log_z, self.temperature))
-        self._logits = self._log_z = None
-        if self.on_tokens is not None:
-            self.on_tokens(tokens)
-
-    @property
-    def n_steps(self) -> int:
-        """Decode steps fully recorded so far."""
-        return len(self.tokens)
-
-    def retained_tensors(self) -> list[torch.Tensor]:
-        """Every tensor the recorder holds (for memory accounting)."""
-        pending = [t for t in (self._logits, self._log_z) if t is not None]
-        return [
-            *self.entropy,
-            *self.topk_ids,
-            *self.topk_probs,
-            *self.tokens,
-            *self.logprob,
-            *pending,
-        ]
-
-    def stacked(self) -> dict[str, np.ndarray]:
-        """The records as host arrays, step-major: ``(steps, B)`` or ``(steps, B, k)``."""
-        steps = self.n_steps
-        columns = {
-            "entropy": self.entropy,
-            "logprob": self.logprob,
-            "token_ids": self.tokens,
-            "topk_token_ids": self.topk_ids,
-            "topk_probs": self.topk_probs,
-        }
-        return {name: torch.stack(values[:steps]).cpu().numpy() for name, values in columns.items()}
-
-
-class GumbelSampler(LogitsProcessor):
-    """Last processor: exact sampling by Gumbel-max with one generator per sequence.
-
-    ``scores`` are the sampler's processed logits ``x`` (z / T, top-k / top-p filtered to
-    -inf). Row ``b`` gets noise ``G_b = -log(-log U_b)``, ``U_b`` ~ Uniform[0, 1)^V drawn from
-    ``generators[b]``; ``argmax(x_b + G_b)`` is a sample of ``softmax(x_b)``. ``U`` is clamped
-    to the smallest normal float so ``G`` stays finite (U = 0 has probability 2^-24 per entry
-    and would give -inf). The noisy scores are returned, so ``generate``'s greedy ``argmax``
-    picks the same token; the recorder is told the token.
-    """
-
-    def __init__(self, generators: Sequence[torch.Generator], recorder: DecodeRecorder | None):
-        self.generators = list(generators)
-        self.recorder = recorder
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if scores.shape[0] != len(self.generators):
-            raise RuntimeError(
-                f"GumbelSampler has {len(self.generators)} generators for {scores.shape[0]} rows"
-            )
-        noise = torch.empty_like(scores, dtype=torch.float32)  # (B, V)
-        for row, generator in zip(noise, self.generators, strict=True):
-            row.uniform_(generator=generator)
-        tiny = torch.finfo(torch.float32).tiny
-        noisy = noise.clamp_(min=tiny).log_().neg_().log_().neg_().add_(scores)  # x + G
-        if self.recorder is not None:
-            self.recorder.record_sampled(noisy.argmax(dim=-1))
-        return noisy
-
-
-def sequence_seed(seed: int, prompt_id: str, sample_index: int) -> int:
-    """Seed of one sequence's generator: a 63-bit BLAKE2b hash of (seed, prompt_id, sample)."""
-    key = f"{seed}\x1f{prompt_id}\x1f{sample_index}".encode()
-    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
-
-
-def build_logits_processors(
-    params: SamplingParams,
-    generators: Sequence[torch.Generator],
-    on_tokens: Callable[[torch.Tensor], None] | None = None,
-) -> tuple[LogitsProcessorList, DecodeRecorder]:
-    """The processor list described in the module docstring, and its recorder.
-
-    ``on_tokens`` is the recorder's per-step callback (:class:`DecodeRecorder`).
-    """
-    recorder = DecodeRecorder(params.temperature, params.top_prob_k, on_tokens)
-    processors: list[LogitsProcessor] = [recorder]
-    if params.temperature != 1.0:
-        processors.append(TemperatureLogitsWarper(params.temperature))
-    if params.top_k is not None:
-        processors.append(TopKLogitsWarper(top_k=params.top_k))
-    if params.top_p < 1.0:
-        processors.append(TopPLogitsWarper(top_p=params.top_p))
-    processors.append(GumbelSampler(generators, recorder))
-    return LogitsProcessorList(processors), recorder
+from hed.decode.backend import DecodingBackend, Progress, dtype_label
+from hed.decode.hf_processors import DecodeRecorder, GumbelSampler, build_logits_processors
+from hed.decode.loading import (
+    checkpoint_eos_token_ids,
+    load_model_and_tokenizer,
+    resolve_dtype,
+)
+from hed.decode.types import (
+    FINISH_EOS,
+    FINISH_LENGTH,
+    TOP_K_OFF,
+    GeneratedSequence,
+    PromptInput,
+    SamplingParams,
+    encode_prompts,
+    sequence_pairs,
+    sequence_seed,
+)
 
 
 @contextmanager
@@ -433,13 +190,10 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
     Raises:
         NonFiniteLogitsError: the model produced NaN logits at some decode step.
     """
-    pairs = [(prompt, sample) for prompt in prompts for sample in range(samples_per_prompt)]
+    pairs = sequence_pairs(prompts, samples_per_prompt)
     pad_token_id = _pad_token_id(tokenizer, eos_token_ids)
     device = next(model.parameters()).device
-    encoded = {
-        prompt.prompt_index: tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
-        for prompt in prompts
-    }
+    encoded = encode_prompts(tokenizer, prompts)
     skip = set(skip)
     eos = torch.tensor(list(eos_token_ids), dtype=torch.long, device=device)
     n_sequences = n_tokens = 0
@@ -585,97 +339,62 @@ def _left_pad(
     return input_ids.to(device), attention_mask.to(device)
 
 
-# --------------------------------------------------------------------------- loading
+# --------------------------------------------------------------------------- backend
 
 
-def resolve_dtype(
-    name: str | None, device: str | torch.device, model_dir: str | Path | None = None
-) -> torch.dtype:
-    """Map a configured dtype name to a torch dtype (:mod:`hed.core.compute_dtype`).
-
-    Args:
-        name: ``"by_device"`` (None too: bfloat16 on CUDA and on CPUs with native bfloat16,
-            float32 elsewhere), ``"auto"`` (the checkpoint's dtype, from ``model_dir``'s
-            config.json), ``"float32"``, ``"bfloat16"`` or ``"float16"``.
-        device: the device the model will run on, e.g. ``"cuda:0"``.
-        model_dir: the checkpoint folder (needed for ``"auto"``; without it ``"auto"`` is only
-            checked to be a known name and float32 is returned).
-
-    Raises:
-        ConfigError: an unknown name.
-        CheckpointError: ``"auto"`` and the checkpoint's config.json cannot be read.
-    """
-    from hed.core.compute_dtype import CHECKPOINT, dtype_name
-
-    resolved = dtype_name(name, str(torch.device(device)), model_dir)
-    return torch.float32 if resolved == CHECKPOINT else _DTYPES[resolved]
-
-
-def load_model_and_tokenizer(
-    model_dir: str | Path, dtype: str | None = "by_device", device: str = "cpu"
-):
-    """Load a checkpoint folder for generation, its weights straight onto ``device``.
-
-    The weights are loaded with ``device_map={"": device}`` and the target dtype, so
-    transformers materialises each tensor on the device as it reads it (the safetensors file
-    is memory-mapped): a CUDA process never holds a full host copy of the model (no
-    ``from_pretrained`` on CPU followed by ``.to(device)``).
+class HFBackend(DecodingBackend):
+    """The ``hf`` backend: a checkpoint loaded with transformers, sampled by
+    :func:`generate_sequences` (:class:`hed.decode.backend.DecodingBackend`).
 
     Args:
-        model_dir: a HuggingFace model folder (config.json, weights, tokenizer files).
-        dtype: see :func:`resolve_dtype`.
-        device: torch device string, e.g. ``"cpu"`` or ``"cuda:0"``.
+        model_dir: the checkpoint folder.
+        dtype: the resolved ``torch.dtype``.
+        device: ``cpu`` or ``cuda``.
 
-    Returns:
-        ``(model, tokenizer)``: the model in eval mode on ``device``; the tokenizer pads on the
-        left and has a pad token (its EOS when it had none).
+    Attributes:
+        model: the causal LM in eval mode (the rescoring scores with it); None once closed.
 
     Raises:
-        CheckpointError: the folder is missing or transformers cannot load it.
-        ConfigError: an unknown dtype.
+        CheckpointError: the checkpoint cannot be loaded.
     """
-    model_dir = Path(model_dir)
-    if not (model_dir / "config.json").is_file():
-        raise CheckpointError(f"checkpoint {model_dir}: no config.json (not a HuggingFace folder)")
-    torch_dtype = resolve_dtype(dtype, device, model_dir)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            model_dir, padding_side="left", local_files_only=True
-        )
-    except Exception as error:  # any loader failure becomes one line naming the folder
-        raise CheckpointError(
-            f"checkpoint {model_dir} cannot be loaded: its tokenizer fails "
-            f"({one_line(error)}); copy the base model's tokenizer files (tokenizer.json, "
-            "tokenizer_config.json) into it"
-        ) from None
-    target = torch.device(device)
-    if target.type == "cuda" and target.index is None:
-        target = torch.device("cuda", 0)  # the process's own GPU (CUDA_VISIBLE_DEVICES)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=torch_dtype, device_map={"": target}, local_files_only=True
-        )
-    except Exception as error:  # any loader failure becomes one line naming the folder
-        raise CheckpointError(
-            f"checkpoint {model_dir} cannot be loaded: its config or weights fail "
-            f"({one_line(error)}); re-export or re-merge this checkpoint"
-        ) from None
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model.eval()
-    return model, tokenizer
 
+    name = "hf"
 
-def checkpoint_eos_token_ids(model, tokenizer) -> list[int]:
-    """Every EOS id of the checkpoint's generation config, else the tokenizer's EOS."""
-    eos = getattr(model.generation_config, "eos_token_id", None)
-    if eos is None:
-        eos = getattr(model.config, "eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    if eos is None:
-        return []
-    return [int(e) for e in eos] if isinstance(eos, (list, tuple)) else [int(eos)]
+    def __init__(self, model_dir: str | Path, *, dtype: Any, device: str) -> None:
+        self.model_dir, self.dtype, self.device = model_dir, dtype_label(dtype), device
+        self.model, self.tokenizer = load_model_and_tokenizer(
+            model_dir, dtype=self.dtype, device=device
+        )
+        self.eos_token_ids = checkpoint_eos_token_ids(self.model, self.tokenizer)
+        self.max_position_embeddings = getattr(self.model.config, "max_position_embeddings", None)
+        self.metadata = {"name": "hf", "version": transformers.__version__}
+
+    def generate(
+        self,
+        prompts: Sequence[PromptInput],
+        samples_per_prompt: int,
+        sampling: SamplingParams,
+        *,
+        progress: Progress | None = None,
+        skip: Collection[tuple[int, int]] = (),
+    ) -> Iterator[GeneratedSequence]:
+        """:func:`generate_sequences` with this backend's model, tokenizer and EOS ids."""
+        if self.model is None:
+            raise RuntimeError("HFBackend.generate after close()")
+        return generate_sequences(
+            self.model,
+            self.tokenizer,
+            prompts,
+            samples_per_prompt,
+            sampling,
+            self.eos_token_ids,
+            progress,
+            skip,
+        )
+
+    def close(self) -> None:
+        """Drop the model (its memory is released when nothing else holds it)."""
+        self.model = None
 
 
 __all__ = [
@@ -685,6 +404,7 @@ __all__ = [
     "DecodeRecorder",
     "GeneratedSequence",
     "GumbelSampler",
+    "HFBackend",
     "PromptInput",
     "SamplingParams",
     "build_logits_processors",

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from hed.config.params import DUPLICATE_POLICIES, positive_int
+from hed.core.validators import positive_int
+from hed.decode.types import PromptInput, encode_prompts
 from hed.errors import ConfigError, InputDataError
 
 logger = logging.getLogger(__name__)
+
+#: ``prompts.duplicates``: what :func:`unique_prompt_rows` does with repeated prompts.
+DUPLICATE_POLICIES = ("drop", "keep")
 
 #: Columns of the ``prompts`` dataset.
 PROMPT_COLUMNS = ["prompt_index", "prompt_id", "prompt", "answer", "source_file", "source_row"]
@@ -37,6 +42,35 @@ def pick_prompt_column(frame: pd.DataFrame, candidates: list[str], source: str) 
         f"prompt file {source} has none of the prompt columns {candidates} (it has: {have}); "
         "set `prompts.prompt_columns`"
     )
+
+
+def chat_user_text(value: Any) -> Any:
+    """The user text of a chat-format prompt, as verl's RL parquet files hold it.
+
+    verl's ``prompt`` column is a list of messages ``[{"role": "user", "content": "..."}]``
+    (a system message may come first); HED renders its own chat template
+    (``prompts.apply_chat_template``, ``prompts.system_prompt``), so the content of the last
+    ``user`` message is the prompt. Any other value (a plain string) is returned unchanged.
+    """
+    if (
+        isinstance(value, list | tuple | np.ndarray)
+        and len(value)
+        and all(isinstance(message, Mapping) for message in value)
+    ):
+        users = [message.get("content") for message in value if message.get("role") == "user"]
+        return str(users[-1]) if users and users[-1] is not None else None
+    return value
+
+
+def column_values(frame: pd.DataFrame, name: str) -> pd.Series | None:
+    """Column ``name`` of ``frame``, or a field of a struct column as ``<column>.<field>``
+    (verl's reference answer: ``reward_model.ground_truth``); None when there is neither."""
+    if name in frame.columns:
+        return frame[name]
+    column, _, key = name.partition(".")
+    if not key or column not in frame.columns:
+        return None
+    return frame[column].map(lambda v: v.get(key) if isinstance(v, Mapping) else None)
 
 
 def sample_rows(n_rows: int, num_prompts: int | None, seed: int, source: str) -> np.ndarray:
@@ -179,3 +213,36 @@ def render_prompt(tokenizer: Any, user_text: str, params: dict[str, Any]) -> str
     if params.get("enable_thinking") is not None:
         kwargs["enable_thinking"] = bool(params["enable_thinking"])
     return tokenizer.apply_chat_template(messages, **kwargs)
+
+
+def prompt_inputs(
+    rows: pd.DataFrame, backend: Any, prompt_params: dict[str, Any], max_new_tokens: int
+) -> list[PromptInput]:
+    """The model inputs of a shard's prompts, checked to fit the model's context.
+
+    Args:
+        rows: rows of the ``prompts`` dataset (prompt_index, prompt_id, prompt).
+        backend: the open backend (:class:`hed.decode.backend.DecodingBackend`): its
+            ``tokenizer`` renders and counts, its ``max_position_embeddings`` is the context.
+        prompt_params: ``params:prompts`` (chat template settings, :func:`render_prompt`).
+        max_new_tokens: ``generation.max_new_tokens``.
+
+    Returns:
+        One :class:`hed.decode.types.PromptInput` per row, in row order.
+
+    Raises:
+        ConfigError: a prompt leaves no room for ``max_new_tokens`` (:func:`check_context_length`).
+    """
+    inputs = [
+        PromptInput(
+            prompt_index=int(row.prompt_index),
+            prompt_id=row.prompt_id,
+            text=render_prompt(backend.tokenizer, row.prompt, prompt_params),
+        )
+        for row in rows.itertuples()
+    ]
+    counts = {i: len(ids) for i, ids in encode_prompts(backend.tokenizer, inputs).items()}
+    check_context_length(
+        counts, max_new_tokens, backend.max_position_embeddings, str(backend.model_dir)
+    )
+    return inputs

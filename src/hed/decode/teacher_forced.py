@@ -51,26 +51,11 @@ from hed.core.entropy import (
     token_distribution_stats,
     token_logprobs,
 )
+from hed.decode.types import CONSISTENCY_TOLERANCE_NATS, ResponseToScore  # noqa: F401 - re-exported
 from hed.errors import CheckpointError, InputDataError
 
 #: Config attributes of heads that transform the logits after the output projection.
 _LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling")
-
-
-@dataclass(frozen=True)
-class ResponseToScore:
-    """One (prompt, response) pair as token ids.
-
-    Attributes:
-        prompt_index, sample_index: the response's key (as in the token records).
-        prompt_ids: the full model input before the response (chat-templated prompt), ≥ 1 id.
-        response_ids: ``(n,)`` int token ids of the response (EOS included when it has one).
-    """
-
-    prompt_index: int
-    sample_index: int
-    prompt_ids: Sequence[int]
-    response_ids: np.ndarray
 
 
 @dataclass
@@ -290,10 +275,6 @@ def token_ranks(logits: torch.Tensor, token_ids: torch.Tensor, temperature: floa
     scaled = scale_logits(logits, temperature)  # (B, V) float32
     picked = scaled.gather(-1, token_ids.long().unsqueeze(-1))  # (B, 1)
     return (scaled > picked).sum(dim=-1, dtype=torch.int32)
-
-
-#: Largest |re-scored − decode-time| entropy (nats) the float32 self-consistency check accepts.
-CONSISTENCY_TOLERANCE_NATS = 1e-4
 
 
 @dataclass(frozen=True)

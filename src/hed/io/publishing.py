@@ -20,12 +20,18 @@ from typing import Any
 import fsspec
 
 from hed.errors import ConfigError, InputDataError, OutputWriteError
-from hed.records.atomic_io import atomic_path, filesystem_of, is_remote, write_error
+from hed.records.atomic_io import atomic_path, write_error
+from hed.records.object_store import filesystem_of, is_remote
 
 #: Name of an environment without ``--env`` (base + local): where its artefacts are published.
 DEFAULT_ENV_LABEL = "base"
 
 MANIFEST = "MANIFEST.json"
+
+#: The Git LFS rule a published folder's ``.gitattributes`` holds (what ``git lfs track
+#: "*.png"`` writes there): its PNGs are stored by Git LFS, scoped to that folder.
+LFS_PNG_RULE = "*.png filter=lfs diff=lfs merge=lfs -text"
+GITATTRIBUTES = ".gitattributes"
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -130,6 +136,30 @@ def _publish(
     manifest = {"env": env, "published_from": plan.get("source"), "files": files}
     with atomic_path(dest_dir / MANIFEST) as temp:
         temp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    if plan.get("git_lfs", True):
+        ensure_lfs_rule(dest_dir)
+
+
+def ensure_lfs_rule(folder: Path) -> bool:
+    """Make ``<folder>/.gitattributes`` route the folder's PNGs through Git LFS.
+
+    Adds :data:`LFS_PNG_RULE` when no line of the file already says ``*.png filter=lfs``;
+    other lines (the user's) are kept. Git applies a folder's ``.gitattributes`` to the
+    files under it only, so the rule is scoped to the published folder.
+
+    Returns:
+        True when the file was written, False when it already held the rule.
+    """
+    path = folder / GITATTRIBUTES
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if any(
+        line.split()[:2] == ["*.png", "filter=lfs"] for line in text.splitlines() if line.strip()
+    ):
+        return False
+    prefix = text if not text or text.endswith("\n") else text + "\n"
+    with atomic_path(path, mode=0o644) as temp:
+        temp.write_text(f"{prefix}{LFS_PNG_RULE}\n", encoding="utf-8")
+    return True
 
 
 def _sha256(path: Path | str) -> str:

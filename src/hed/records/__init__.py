@@ -1,1 +1,2 @@
-"""Record storage: Arrow schemas, streaming readers, shard metadata, crash-safe shard parts, atomic files."""
+"""Record storage: Arrow schemas, streaming readers, shard metadata, crash-safe shard parts, atomic
+files."""

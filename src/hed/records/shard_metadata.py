@@ -103,8 +103,56 @@ def chat_template_settings(prompt_params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def generation_metadata(
+    run: str,
+    step: int,
+    shard: int,
+    *,
+    generation: Any,
+    backend: Any,
+    checkpoint: dict[str, Any],
+    prompt_ids: Iterable[str],
+    prompt_params: dict[str, Any],
+) -> dict[str, Any]:
+    """The ``hed.generation`` metadata of one shard: how its sequences were generated.
+
+    Args:
+        run, step, shard: the shard's place.
+        generation: the parsed ``params:generation`` (:class:`hed.config.params.GenerationParams`:
+            ``num_shards``, ``samples_per_prompt`` and the effective ``sampling`` settings,
+            recorded field by field).
+        backend: the open backend (:class:`hed.decode.backend.DecodingBackend`: its resolved
+            ``dtype`` and ``device``, and its ``metadata``: name, version, settings).
+        checkpoint: the (run, step) entry of ``checkpoints`` (model_dir and its fingerprint).
+        prompt_ids: the shard's prompt ids (recorded sorted, without repeats).
+        prompt_params: ``params:prompts`` (the effective chat-template settings are recorded).
+
+    Returns:
+        A JSON-ready dict; written with ``json.dumps(..., sort_keys=True)`` under
+        :data:`GENERATION_METADATA_KEY` and compared by :func:`stale_field`.
+    """
+    import hed
+
+    return {
+        "run": run,
+        "step": step,
+        "shard": shard,
+        "num_shards": generation.num_shards,
+        "samples_per_prompt": generation.samples_per_prompt,
+        "sampling": dict(vars(generation.sampling)),
+        "dtype": backend.dtype,
+        "device": backend.device,
+        "checkpoint": checkpoint,
+        "prompt_ids": sorted(set(prompt_ids)),
+        "chat_template": chat_template_settings(prompt_params),
+        "hed_version": hed.__version__,
+        "backend": backend.metadata,
+    }
+
+
 def effective_dtype(configured: str | None, device: str, model_dir: str | None = None) -> str:
-    """The dtype name ``generation.dtype`` resolves to on ``device`` (:mod:`hed.core.compute_dtype`).
+    """The dtype name ``generation.dtype`` resolves to on ``device``
+    (:mod:`hed.core.compute_dtype`).
 
     ``by_device`` (the default) gives bfloat16 on CUDA and on CPUs with native bfloat16, else
     float32; ``auto`` the checkpoint's own dtype (read from ``model_dir``; ``"auto"`` itself

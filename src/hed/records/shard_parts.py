@@ -12,14 +12,14 @@ everything to a crash, an OOM kill or a pre-empted job. :class:`ShardParts` is t
     part_000001.parquet ...
 
 :meth:`ShardParts.open` returns the sequences kept for the same binding, or discards (with a
-log line) parts bound to other parameters or another checkpoint. :meth:`ShardParts.write_through`
-passes the sequences of any iterator on (the hf backend's :func:`hed.decode.hf.generate_sequences`
-or another backend's) and writes them, a part per ``every`` sequences and at the end. The
-versioned shard files are written by the catalog only from the complete list, so a partial
-shard is never taken for a complete one; :class:`hed.hooks.ShardPartsHooks` removes the area
-once both shard files are saved.
+log line) parts bound to other parameters or another checkpoint.
+:meth:`ShardParts.write_through` passes the sequences of any iterator on (a backend's
+``generate``, :class:`hed.decode.backend.DecodingBackend`) and writes them, a part per
+``every`` sequences and at the end. The versioned shard files are written by the catalog
+only from the complete list, so a partial shard is never taken for a complete one;
+:class:`hed.hooks.ShardPartsHooks` removes the area once both shard files are saved.
 
-Sequences are any objects with the attributes of :class:`hed.decode.hf.GeneratedSequence`
+Sequences are any objects with the attributes of :class:`hed.records.sequence.GeneratedSequence`
 (:data:`PART_FIELDS`); they come back as ``GeneratedSequence``. Values round-trip exactly
 (int32 / float32 arrays, strings as written).
 """
@@ -40,6 +40,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hed.records.atomic_io import atomic_path, write_error
+from hed.records.parquet_files import write_parquet_atomically
+from hed.records.sequence import GeneratedSequence
 
 logger = logging.getLogger(__name__)
 
@@ -135,8 +137,7 @@ def _split(column: pa.ChunkedArray, dtype: Any, k: int | None = None) -> list[np
 
 
 def table_to_sequences(table: pa.Table) -> list[Any]:
-    """A :data:`PART_SCHEMA` table → :class:`hed.decode.hf.GeneratedSequence` objects."""
-    from hed.decode.hf import GeneratedSequence
+    """A :data:`PART_SCHEMA` table → :class:`hed.records.sequence.GeneratedSequence` objects."""
 
     if table.num_rows == 0:
         return []
@@ -248,8 +249,6 @@ class ShardParts:
             raise RuntimeError("ShardParts.write before open()")
         if not sequences:
             return None
-        from hed.io.datasets import write_parquet_atomically
-
         path = self.folder / f"part_{self._next_part:06d}.parquet"
         write_parquet_atomically(path, sequences_to_table(sequences))
         self._next_part += 1

@@ -11,7 +11,7 @@ worker process with its task, so the GPU memory of a checkpoint is released in f
 next one. Everything else is ``GPURunner``'s: Kedro's own scheduler (``AbstractRunner._run``),
 queued ``gpu`` nodes handed out in (run, step, shard) order, other nodes in the driver, a failed
 node recorded (its siblings go on, its dependents are skipped) and one
-:class:`~hed.runners.gpu.FailedNodesError` at the end with the ``--from-nodes`` resume command.
+:class:`~hed.runners.executor.FailedNodesError` at the end with the ``--from-nodes`` resume command.
 
 A task carries its node and a catalog of only that node's datasets. Parameters (``params:*``)
 travel with it (through Ray's object store, they are small); any other ``MemoryDataset`` input
@@ -42,18 +42,16 @@ from kedro.runner import AbstractRunner
 from kedro.runner.task import Task
 
 from hed.errors import ConfigError
-from hed.runners.gpu import (
-    GPU_TAG,
-    FailedNodesError,
-    GPURunner,
-    Slot,
-    _NodeExecutor,
-    _one_line,
-    _project_hook_manager,
-    _sigterm_as_exit,
-    _traceback_to_log,
+from hed.runners.executor import GPU_TAG, FailedNodesError, NodeExecutor
+from hed.runners.gpu import GPURunner
+from hed.runners.process import (
+    failure_reason,
+    project_hook_manager,
+    sigterm_as_exit,
+    traceback_to_log,
 )
 from hed.runners.resume import resume_nodes
+from hed.runners.slots import Slot
 
 if TYPE_CHECKING:
     from kedro.io import CatalogProtocol
@@ -146,10 +144,10 @@ def run_task(
         if logging_config:
             kedro_project.configure_logging(logging_config)
         task: Task = pickle.loads(payload)  # our own driver's payload
-        task.hook_manager = _project_hook_manager()
+        task.hook_manager = project_hook_manager()
         task.execute()
     except BaseException as exc:  # reported to the driver, whatever it is
-        return "error", _one_line(exc), _traceback_to_log(exc), where
+        return "error", failure_reason(exc), traceback_to_log(exc), where
     return "ok", "", "", where
 
 
@@ -158,7 +156,7 @@ def _where(where: dict[str, Any]) -> str:
     return f"{where.get('host')} ({where.get('ip')}, pid {where.get('pid')}, GPU {gpus})"
 
 
-class _RayNodeExecutor(_NodeExecutor):
+class RayNodeExecutor(NodeExecutor):
     """``GPURunner``'s executor whose slots submit Ray tasks instead of starting processes."""
 
     def __init__(self, slots: list[Slot], threads: int, dependencies: Any, log: Any) -> None:
@@ -177,7 +175,7 @@ class _RayNodeExecutor(_NodeExecutor):
         import ray
 
         super().stop()
-        with self._cond:
+        with self.condition:
             refs = list(self._refs.values())
         for ref in refs:
             try:
@@ -185,7 +183,7 @@ class _RayNodeExecutor(_NodeExecutor):
             except Exception:  # already done or the cluster is gone
                 pass
 
-    def _run_child(self, slot: Slot, task: Task) -> str | None:
+    def run_on_slot(self, slot: Slot, task: Task) -> str | None:
         import ray
 
         node = task.node
@@ -198,31 +196,31 @@ class _RayNodeExecutor(_NodeExecutor):
         try:
             payload = pickle.dumps(child)
         except Exception as exc:
-            self._logger.exception("Node %s cannot be sent to a Ray task", node.name)
-            return f"cannot pickle its task: {_one_line(exc)}"
-        with self._cond:
-            if self._stopped:
+            self.logger.exception("Node %s cannot be sent to a Ray task", node.name)
+            return f"cannot pickle its task: {failure_reason(exc)}"
+        with self.condition:
+            if self.stopped:
                 return "not started: the run was stopped"
             ref = self._remote.options(name=node.name).remote(
-                payload, *self._bootstrap, self._project_path, self._source_dirs
+                payload, *self.bootstrap, self._project_path, self._source_dirs
             )
             self._refs[node.name] = ref
         started = time.perf_counter()
-        self._logger.info("Running node %s as a Ray task (%s)", node.name, slot.label)
+        self.logger.info("Running node %s as a Ray task (%s)", node.name, slot.label)
         try:
             status, reason, details, where = ray.get(ref)
         except Exception as exc:  # the worker died (killed, out of memory) or was cancelled
             status, reason, details, where = "error", _ray_failure(exc), "", {}
         finally:
-            with self._cond:
+            with self.condition:
                 self._refs.pop(node.name, None)
         if where:
             self.placements[node.name] = where
         if status == "ok":
             elapsed = time.perf_counter() - started
-            self._logger.info("Node %s done on %s in %.1f s", node.name, _where(where), elapsed)
+            self.logger.info("Node %s done on %s in %.1f s", node.name, _where(where), elapsed)
             return None
-        self._logger.error(
+        self.logger.error(
             "Node %s failed%s: %s%s",
             node.name,
             f" on {_where(where)}" if where else "",
@@ -240,7 +238,7 @@ def _ray_failure(exc: BaseException) -> str:
     if "Cancelled" in name:
         return "its Ray task was cancelled"
     cause = getattr(exc, "cause", None)  # a RayTaskError wraps what the worker raised
-    return _one_line(cause if isinstance(cause, BaseException) else exc)
+    return failure_reason(cause if isinstance(cause, BaseException) else exc)
 
 
 class RayRunner(AbstractRunner):
@@ -296,7 +294,7 @@ class RayRunner(AbstractRunner):
             "object_store_memory": object_store_memory,
         }
         self._threads = threads
-        self._executor: _RayNodeExecutor | None = None
+        self._executor: RayNodeExecutor | None = None
         self._dependencies: dict[Node, set[Node]] = {}
         self._slots: list[Slot] = []
 
@@ -333,7 +331,7 @@ class RayRunner(AbstractRunner):
         ParallelRunner._validate_nodes([node for node in nodes if GPU_TAG in node.tags])
 
     def _get_executor(self, max_workers: int) -> Executor:
-        self._executor = _RayNodeExecutor(
+        self._executor = RayNodeExecutor(
             self._slots, self._threads, self._dependencies, self._logger
         )
         return self._executor
@@ -361,7 +359,7 @@ class RayRunner(AbstractRunner):
             )
         self._slots = self._connect()
         self._dependencies = pipeline.node_dependencies
-        with _sigterm_as_exit():
+        with sigterm_as_exit():
             AbstractRunner._run(self, pipeline, catalog, hook_manager, run_id)
         executor = self._executor
         if executor is not None and executor.failures:

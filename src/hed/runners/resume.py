@@ -13,7 +13,6 @@ the run happened to load). :func:`resume_command` is the command line to print.
 
 from __future__ import annotations
 
-import re
 import shlex
 import sys
 from collections.abc import Iterable, Sequence
@@ -22,13 +21,7 @@ from typing import Any
 import click
 from kedro.io.core import DatasetError
 
-_DIGITS = re.compile(r"(\d+)")
-
-
-def natural_key(node_name: str) -> tuple[str | int, ...]:
-    """Natural sort key: ``r.step_2.x`` before ``r.step_10.x`` (digit runs compare as numbers)."""
-    parts = _DIGITS.split(node_name)
-    return tuple(int(part) if i % 2 else part for i, part in enumerate(parts))
+from hed.runners.slots import dispatch_key
 
 
 def is_persisted(catalog: Any, name: str) -> bool:
@@ -84,7 +77,7 @@ def resume_nodes(pipeline: Any, unfinished: Iterable[str], catalog: Any) -> list
         return []
     dependencies = pipeline.node_dependencies
     starts = [node.name for node in to_run if not dependencies.get(node, set()) & to_run]
-    return sorted(starts, key=natural_key)
+    return sorted(starts, key=dispatch_key)
 
 
 def resume_command(start_nodes: Sequence[str], fallback: Sequence[str] = ("run",)) -> str:

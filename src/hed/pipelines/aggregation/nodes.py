@@ -14,7 +14,8 @@ Per (run, step), in this order:
    (:func:`hed.analysis.step_merge.merge_step`).
 7. :func:`select_high_entropy_positions`, :func:`tabulate_token_probability_mass`,
    :func:`tabulate_category_probability_mass`, :func:`summarise_step` — the per-step tables
-   (:mod:`hed.analysis.step_merge`, :mod:`hed.analysis.word_mass`, :mod:`hed.analysis.step_summary`).
+   (:mod:`hed.analysis.step_merge`, :mod:`hed.analysis.word_mass`,
+   :mod:`hed.analysis.step_summary`).
 
 Then :func:`combine_tables` and :func:`combine_high_entropy_positions` stack the per-step
 tables of every run and step. Record tables are lazy ``pyarrow.dataset.Dataset`` objects
@@ -43,11 +44,17 @@ from hed.analysis.step_merge import (
 )
 from hed.analysis.step_summary import step_summary
 from hed.analysis.word_mass import category_probability_mass, token_probability_mass
-from hed.config.params import chunk_records_param, shard_config
-from hed.config.params import section as parameter_section
-from hed.core.lexicon import Lexicon, parse_lexicon
-from hed.core.thresholds import EntropyThreshold, compute_threshold, validate_top_entropy_frac
-from hed.records.arrow_stream import DEFAULT_CHUNK
+from hed.config.params import (
+    AggregationParams,
+    GenerationParams,
+    chunk_records_param,
+    generation_mapping,
+    lexicon_param,
+    shard_config,
+    top_entropy_frac_param,
+)
+from hed.core.lexicon import Lexicon
+from hed.core.thresholds import EntropyThreshold, compute_threshold
 from hed.records.shard_checks import (
     CurrentGeneration,
     checked_responses,
@@ -60,7 +67,7 @@ logger = logging.getLogger(__name__)
 
 def check_sequences(
     prompts: pd.DataFrame,
-    generation: dict[str, Any],
+    generation: GenerationParams | dict[str, Any],
     prompt_params: dict[str, Any],
     checkpoints: dict[str, Any],
     *shard_sequences: ds.Dataset,
@@ -85,7 +92,9 @@ def check_sequences(
         ConfigError: ``num_shards`` or ``samples_per_prompt`` is not a positive integer.
     """
     num_shards, samples = shard_config(generation)
-    current = CurrentGeneration(generation, prompt_params, checkpoints, prompts)
+    current = CurrentGeneration(
+        dict(generation_mapping(generation)), prompt_params, checkpoints, prompts
+    )
     return checked_responses(
         shard_sequences, current, num_shards=num_shards, samples=samples, run=run, step=step
     )
@@ -94,7 +103,7 @@ def check_sequences(
 def check_token_records(
     sequences: pd.DataFrame,
     prompts: pd.DataFrame,
-    generation: dict[str, Any],
+    generation: GenerationParams | dict[str, Any],
     prompt_params: dict[str, Any],
     checkpoints: dict[str, Any],
     *shard_records: ds.Dataset,
@@ -110,7 +119,9 @@ def check_token_records(
         InputDataError: see :func:`hed.records.shard_checks.shard_report`.
     """
     num_shards, _ = shard_config(generation)
-    current = CurrentGeneration(generation, prompt_params, checkpoints, prompts)
+    current = CurrentGeneration(
+        dict(generation_mapping(generation)), prompt_params, checkpoints, prompts
+    )
     return shard_report(
         sequences, shard_records, current, num_shards=num_shards, run=run, step=step
     )
@@ -118,7 +129,7 @@ def check_token_records(
 
 def compute_entropy_threshold(
     shard_report: pd.DataFrame,
-    aggregation: dict[str, Any],
+    aggregation: AggregationParams | dict[str, Any],
     *shard_records: ds.Dataset,
     run: str,
     step: int,
@@ -139,8 +150,7 @@ def compute_entropy_threshold(
         InputDataError: a non-finite or null entropy, or no non-special token.
         ConfigError: ``top_entropy_frac`` outside (0, 1].
     """
-    rho = parameter_section(aggregation, "aggregation").get("top_entropy_frac", 0.2)
-    validate_top_entropy_frac(rho)
+    rho = top_entropy_frac_param(aggregation)
     n_records = int(shard_report["n_records"].sum())
     entropy = non_special_entropies(shard_records, n_records, run=run, step=step)
     selection = compute_threshold(entropy, rho, run=run, step=step)
@@ -162,7 +172,9 @@ def tabulate_entropy_threshold(selection: EntropyThreshold) -> pd.DataFrame:
     return pd.DataFrame([selection.as_row()])
 
 
-def read_lexicon(shard_report: pd.DataFrame, aggregation: dict[str, Any]) -> Lexicon:
+def read_lexicon(
+    shard_report: pd.DataFrame, aggregation: AggregationParams | dict[str, Any]
+) -> Lexicon:
     """``aggregation.lexicon`` parsed once for the step's merge and tables.
 
     Args:
@@ -173,7 +185,7 @@ def read_lexicon(shard_report: pd.DataFrame, aggregation: dict[str, Any]) -> Lex
     Raises:
         ConfigError: the lexicon is invalid (:func:`hed.core.lexicon.parse_lexicon`).
     """
-    return parse_lexicon(parameter_section(aggregation, "aggregation").get("lexicon"))
+    return lexicon_param(aggregation)
 
 
 def map_candidate_words(shard_report: pd.DataFrame, *shard_records: ds.Dataset) -> pd.DataFrame:
@@ -194,7 +206,7 @@ def merge_token_records(
     sequences: pd.DataFrame,
     selection: EntropyThreshold,
     lexicon: Lexicon,
-    aggregation: dict[str, Any],
+    aggregation: AggregationParams | dict[str, Any],
     *shard_records: ds.Dataset,
 ) -> MergedStep:
     """Merge the shards into the step's records with word, category and is_high_entropy.
@@ -213,7 +225,7 @@ def merge_token_records(
     Raises:
         ConfigError: ``chunk_records`` is not a positive integer.
     """
-    chunk_records = chunk_records_param(aggregation, DEFAULT_CHUNK)
+    chunk_records = chunk_records_param(aggregation)
     return merge_step(
         sequences, selection, shard_records, lexicon=lexicon, chunk_records=chunk_records
     )
@@ -223,7 +235,8 @@ def select_high_entropy_positions(high_entropy_rows: HighEntropySpill) -> Iterat
     """Stream a step's high-entropy rows (HIGH_ENTROPY_POSITION_SCHEMA), set aside by the merge.
 
     Returns:
-        Tables of ``high_entropy_positions`` rows in key order (:func:`hed.analysis.step_merge.read_spill`).
+        Tables of ``high_entropy_positions`` rows in key order
+        (:func:`hed.analysis.step_merge.read_spill`).
 
     Raises:
         InputDataError: the spill is missing (the merge did not complete).

@@ -131,7 +131,8 @@ def create_pipeline(layout: StudyLayout | None = None, **kwargs: Any) -> Pipelin
     """Build the aggregation pipeline for ``layout`` (default: the active environment's).
 
     Args:
-        layout: runs × steps and the shard count; ``None`` = :func:`hed.config.layout.active_layout`.
+        layout: runs × steps and the shard count; ``None`` =
+            :func:`hed.config.layout.active_layout`.
 
     Returns:
         One node group per (run, step) (see the module docstring) and the five combining

@@ -21,8 +21,8 @@ from matplotlib.figure import Figure
 
 from hed.analysis.correctness import correctness_values, entropy_by_correctness
 from hed.analysis.covariance import TOP_TOKEN_COLUMNS, CovarianceSettings, step_covariance
+from hed.config.params import AggregationParams, lexicon_param
 from hed.core.advantage import DEFAULT_EPSILON, ESTIMATORS, check_estimators, response_advantages
-from hed.core.lexicon import parse_lexicon
 from hed.errors import ConfigError, InputDataError
 from hed.records.response_index import ResponseIndex
 from hed.report import dynamics_figures
@@ -77,7 +77,7 @@ def tabulate_advantage_covariance(
     entropy_thresholds: pd.DataFrame,
     sequences: ds.Dataset,
     token_records: ds.Dataset,
-    aggregation: dict[str, Any],
+    aggregation: AggregationParams | dict[str, Any],
     dynamics: dict[str, Any],
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Advantages of the step's graded responses and Cov(log π, A) over their tokens.
@@ -105,7 +105,7 @@ def tabulate_advantage_covariance(
     dynamics = dynamics_section(dynamics)
     estimators = check_estimators(dynamics.get("estimators", list(ESTIMATORS)))
     settings = CovarianceSettings.from_params(dynamics)
-    categories = parse_lexicon((aggregation or {}).get("lexicon")).categories
+    categories = lexicon_param(aggregation).categories
     run, step, _ = _step_of(entropy_thresholds)
     sequences_frame = _responses(sequences)
     graded = response_advantages(
@@ -254,6 +254,35 @@ def combine_step_tables(*tables: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def warn_single_sample_groups(advantage_covariance_by_step: pd.DataFrame) -> list[str]:
+    """Warn once, in one line, about runs whose every graded response is alone in its group.
+
+    With one sample per prompt the group-relative advantage is 0 for every response, so
+    Cov(log π, A) is 0 and the zero-advantage share 1.0 at every step by construction:
+    numbers that measure nothing (``generation.samples_per_prompt: 1``).
+
+    Args:
+        advantage_covariance_by_step: the all-steps table (run, n_responses,
+            n_single_sample_responses; skipped steps have no graded response).
+
+    Returns:
+        The runs warned about (config order of the table), empty when none.
+    """
+    table = advantage_covariance_by_step
+    graded = table[pd.to_numeric(table["n_responses"], errors="coerce").fillna(0) > 0]
+    single = graded["n_single_sample_responses"] == graded["n_responses"]
+    by_run = single.groupby(graded["run"], sort=False).all()
+    runs = [str(run) for run, every in by_run.items() if every]
+    if runs:
+        logger.warning(
+            "dynamics: run(s) %s have one sample per prompt (generation.samples_per_prompt: 1): "
+            "Cov(log π, A) = 0 and zero-advantage share 1.0 at every step measure nothing; "
+            "generate ≥ 2 samples per prompt (GRPO groups: 8-16) to compare runs",
+            ", ".join(runs),
+        )
+    return runs
+
+
 def panel_runs(runs: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(run, role)`` in panel order: without_clip, with_clip, single; config order within."""
     pairs = [(str(name), str((cfg or {}).get("role", "single"))) for name, cfg in runs.items()]
@@ -281,8 +310,12 @@ def _figure_style(dynamics: dict[str, Any]) -> tuple[tuple[float, float], int]:
 def plot_advantage_covariance(
     advantage_covariance_by_step: pd.DataFrame, runs: dict[str, Any], dynamics: dict[str, Any]
 ) -> Figure:
-    """Mean Cov(log π, A) and the zero-advantage share over steps, one column per run."""
+    """Mean Cov(log π, A) and the zero-advantage share over steps, one column per run.
+
+    Warns once (:func:`warn_single_sample_groups`) when a run has one sample per prompt.
+    """
     size, dpi = _figure_style(dynamics)
+    warn_single_sample_groups(advantage_covariance_by_step)
     return dynamics_figures.plot_advantage_covariance(
         advantage_covariance_by_step, panel_runs(runs), panel_size=size, dpi=dpi
     )

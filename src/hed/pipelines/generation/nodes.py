@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from typing import Any
@@ -11,25 +10,30 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-import hed
 from hed.config.layout import layout_from_params
-from hed.config.params import generation_backend, integer, sampling_params
+from hed.config.params import GenerationParams, default, integer, sampling_params
 from hed.core.grading import grade_response, normalise_reference, reference_parses
-from hed.decode.checkpoints import checkpoint_fingerprint, model_dir_for_step
+from hed.decode.checkpoints import (
+    check_same_vocabulary,
+    checkpoint_fingerprint,
+    model_dir_for_step,
+)
 from hed.decode.embedded import ensure_embedded_checkpoint
 from hed.decode.prompts import (
     PROMPT_COLUMNS,
-    check_context_length,
+    chat_user_text,
+    column_values,
     line_of,
     pick_prompt_column,
     prompt_id,
-    render_prompt,
+    prompt_inputs,
     sample_rows,
     unique_prompt_rows,
 )
+from hed.decode.types import SamplingParams
 from hed.errors import ConfigError, InputDataError
 from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
-from hed.records.shard_metadata import GENERATION_METADATA_KEY, chat_template_settings
+from hed.records.shard_metadata import GENERATION_METADATA_KEY, generation_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +44,9 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
     Args:
         raw_prompts: rows of the prompt file (``raw_prompts``), with a ``source_file`` column.
         params: ``params:prompts`` (``prompt_columns``, ``answer_column``, ``num_prompts``,
-            ``seed``, ``instruction_suffix``).
+            ``seed``, ``instruction_suffix``). A prompt column of chat messages (verl's
+            ``prompt``) gives its last user message (:func:`hed.decode.prompts.chat_user_text`);
+            ``answer_column`` may name a struct field, ``reward_model.ground_truth``.
 
     Returns:
         ``prompts``: prompt_index (0-based, int32), prompt_id (sha256 prefix of the prompt),
@@ -61,13 +67,17 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
             f"prompts.prompt_columns must be a list of column names (e.g. [problem, question]), "
             f"got {columns!r}"
         )
-    seed = integer(params.get("seed", 0), "prompts.seed")
+    seed = integer(params.get("seed", default("prompts", "seed")), "prompts.seed")
     column = pick_prompt_column(raw_prompts, list(columns), source)
+    # verl's parquet: `prompt` is a list of chat messages; the user message is the prompt
+    raw_prompts = raw_prompts.assign(**{column: raw_prompts[column].map(chat_user_text)})
     suffix = params.get("instruction_suffix") or ""
     all_texts = raw_prompts[column].astype("string")
     ids = [None if pd.isna(t) or not str(t).strip() else prompt_id(str(t) + suffix)
            for t in all_texts]  # fmt: skip
-    kept = unique_prompt_rows(ids, params.get("duplicates", "drop"), source, raw_prompts)
+    kept = unique_prompt_rows(
+        ids, params.get("duplicates", default("prompts", "duplicates")), source, raw_prompts
+    )
     rows = kept[sample_rows(len(kept), params.get("num_prompts"), seed, source)]
     chosen = raw_prompts.iloc[rows]
     texts = chosen[column].astype("string")
@@ -79,8 +89,9 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
         )
     prompts = [str(text) + suffix for text in texts]
     answer_column = params.get("answer_column")
-    if answer_column and answer_column in chosen.columns:
-        answers = [normalise_reference(a) for a in chosen[answer_column].tolist()]
+    references = column_values(chosen, answer_column) if answer_column else None
+    if references is not None:  # a column, or verl's `reward_model.ground_truth`
+        answers = [normalise_reference(a) for a in references.tolist()]
         _warn_unparsed_references(answers, rows, source)
     else:
         answers = [None] * len(prompts)
@@ -116,7 +127,7 @@ def _warn_unparsed_references(answers: list[str | None], rows: np.ndarray, sourc
 
 def resolve_checkpoints(
     runs: dict[str, Any],
-    generation: dict[str, Any],
+    generation: GenerationParams | dict[str, Any],
     training_manifest: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Find and validate the model folder of every selected (run, step), before any generation.
@@ -126,7 +137,7 @@ def resolve_checkpoints(
 
     Args:
         runs: ``params:runs``.
-        generation: ``params:generation`` (for ``num_shards``).
+        generation: ``params:generation``, parsed or raw (for ``num_shards``).
         training_manifest: ``mini_rl_manifest`` in the ``mini_dapo`` environment; unused, it
             only orders this node after the training that writes the checkpoints.
 
@@ -135,20 +146,20 @@ def resolve_checkpoints(
         where a fingerprint holds ``model_dir``, ``config_sha256`` and ``weights_index_sha256``.
 
     Raises:
-        CheckpointError: a step folder is missing, config-only, or LoRA-only.
+        CheckpointError: a step folder is missing, config-only, or LoRA-only, or the run's
+            steps differ in vocabulary size or tokenizer (:func:`check_same_vocabulary`).
     """
     layout = layout_from_params({"runs": runs, "generation": generation})
     resolved: dict[str, Any] = {}
     for run in layout.runs:
         if run.embedded:
             ensure_embedded_checkpoint(f"{run.checkpoint_root}/global_step_0/actor_hf")
+        model_dirs = {step: model_dir_for_step(run.checkpoint_root, step) for step in run.steps}
+        check_same_vocabulary(run.name, model_dirs)
         resolved[run.name] = {
             "role": run.role,
             "checkpoint_root": run.checkpoint_root,
-            "steps": {
-                str(step): checkpoint_fingerprint(model_dir_for_step(run.checkpoint_root, step))
-                for step in run.steps
-            },
+            "steps": {str(step): checkpoint_fingerprint(d) for step, d in model_dirs.items()},
         }
         logger.info("Run %s: %d checkpoint(s), steps %s", run.name, len(run.steps), list(run.steps))
     return resolved
@@ -158,7 +169,7 @@ def generate_shard(
     prompts: pd.DataFrame,
     checkpoints: dict[str, Any],
     prompt_params: dict[str, Any],
-    params: dict[str, Any],
+    params: GenerationParams | dict[str, Any],
     parts: Any = None,
     *,
     run: str,
@@ -167,159 +178,115 @@ def generate_shard(
 ) -> dict[str, pa.Table]:
     """Sample responses for one shard of one checkpoint and record every generated token.
 
-    Loads the checkpoint of (``run``, ``step``), takes the prompts with
-    ``prompt_index % num_shards == shard``, samples ``samples_per_prompt`` responses each and
-    records per token the exact decode-time entropy (nats), logprob, prob and top-k of
-    softmax(z / T) over the full vocabulary, its text and whether it is special; responses are
-    graded with math-verify when the prompt has an answer. ``generation.backend`` picks the
-    sampler: ``hf`` (transformers ``generate``, :mod:`hed.decode.hf`) or ``vllm`` (one vLLM
-    engine started and shut down inside this call, :mod:`hed.decode.vllm`); both yield the
-    same per-sequence records.
+    Opens the checkpoint of (``run``, ``step``) with ``generation.backend``
+    (:func:`hed.decode.backend.open_backend`: ``hf``, transformers ``generate``, or ``vllm``,
+    one vLLM engine started and shut down inside this call; both yield the same records),
+    takes the prompts with ``prompt_index % num_shards == shard``, samples
+    ``samples_per_prompt`` responses each and records per token the exact decode-time entropy
+    (nats), logprob, prob and top-k of softmax(z / T) over the full vocabulary, its text and
+    whether it is special; responses are graded with math-verify when the prompt has an answer.
 
-    Crash-safe: finished sequences go to the shard's partial area ``parts`` as they complete
-    (one part per batch); a rerun with the same generation metadata and checkpoint keeps them
-    and generates only the missing (prompt, sample) pairs (:mod:`hed.records.shard_parts`). Progress:
-    a bar or periodic log lines, updated at every decode step, and a summary line
-    (:mod:`hed.decode.progress`).
+    Crash-safe: finished sequences go to the shard's partial area ``parts`` as they complete;
+    a rerun with the same generation metadata and checkpoint keeps them and generates only the
+    missing (prompt, sample) pairs (:func:`hed.decode.backend.generate_shard_sequences`).
 
     Args:
         prompts: ``prompts``.
         checkpoints: ``checkpoints`` (from :func:`resolve_checkpoints`).
         prompt_params: ``params:prompts`` (chat template settings).
-        params: ``params:generation``.
-        parts: ``<run>.step_<step>.shard_<k>.partial`` (a :class:`hed.records.shard_parts.ShardParts`);
-            None keeps nothing on disk.
+        params: ``params:generation``, parsed by the pre-run check
+            (:class:`hed.config.params.GenerationParams`; a plain dict is parsed here).
+        parts: ``<run>.step_<step>.shard_<k>.partial`` (a
+            :class:`hed.records.shard_parts.ShardParts`); None keeps nothing on disk.
         run, step, shard: which shard of which checkpoint (bound when the pipeline is built).
 
     Returns:
         ``{"token_records": table of TOKEN_RECORD_SCHEMA, "sequences": table of SEQUENCE_SCHEMA}``,
-        both with the generation parameters in the Parquet metadata key ``hed.generation``
-        (run, step, shard, num_shards, samples_per_prompt, the effective sampling parameters,
-        dtype, device, the checkpoint fingerprint, the shard's prompt ids and the effective
-        chat-template settings, the backend with its version (and vLLM's engine settings);
-        aggregation refuses shards whose record-shaping values are no longer current,
-        :mod:`hed.records.shard_metadata`).
+        both with the generation metadata in the Parquet metadata key ``hed.generation``
+        (:func:`hed.records.shard_metadata.generation_metadata`; aggregation refuses shards
+        whose record-shaping values are no longer current).
 
     Raises:
-        ConfigError: the step is not in ``checkpoints``, a sampling parameter is invalid, or
-            (vllm) vLLM is not installed, a prompt exceeds ``max_model_len``, the KV cache
-            does not fit.
+        ConfigError: the step is not in ``checkpoints``, a sampling parameter is invalid, a
+            prompt does not fit the context, or (vllm) vLLM is not installed, a prompt exceeds
+            ``max_model_len``, the KV cache does not fit.
         CheckpointError: the model cannot be loaded (vllm: or its architecture is not one
             vLLM implements).
     """
-    import torch
-    import transformers
+    from hed.decode.backend import generate_shard_sequences, open_backend
 
-    from hed.decode.hf import (
-        PromptInput,
-        checkpoint_eos_token_ids,
-        generate_sequences,
-        load_model_and_tokenizer,
-        resolve_dtype,
-    )
-    from hed.decode.progress import ShardProgress
-    from hed.records.shard_parts import keep_and_generate
+    generation = GenerationParams.of(params)
+    entry = checkpoint_entry(checkpoints, run, step)
+    mine = prompts[prompts["prompt_index"] % generation.num_shards == shard]
+    # fmt: off
+    with open_backend(generation.backend, entry["model_dir"], dtype=generation.dtype,
+                      torch_threads=generation.torch_threads, vllm=generation.vllm) as backend:
+        inputs = prompt_inputs(mine, backend, prompt_params, generation.max_new_tokens)
+        metadata = generation_metadata(
+            run, step, shard, generation=generation, backend=backend, checkpoint=entry,
+            prompt_ids=mine["prompt_id"], prompt_params=prompt_params,
+        )
+        sequences = generate_shard_sequences(
+            backend, inputs, generation, parts=parts, binding=metadata,
+            label=f"{run}.step_{step}.shard_{shard}",
+        )
+    return shard_tables(sequences, mine, metadata, backend.special_ids,
+                        run=run, step=step, shard=shard)
+    # fmt: on
 
+
+def checkpoint_entry(checkpoints: dict[str, Any], run: str, step: int) -> dict[str, Any]:
+    """The ``checkpoints`` entry of (``run``, ``step``): model_dir and its fingerprint.
+
+    Raises:
+        ConfigError: no checkpoint was resolved for them.
+    """
     entry = checkpoints.get(run, {}).get("steps", {}).get(str(step))
     if entry is None:
         raise ConfigError(
             f"no checkpoint resolved for run {run!r} step {step}: rerun `resolve_checkpoints`"
         )
-    backend = generation_backend(params)
-    num_shards = int(params["num_shards"])
-    samples = int(params["samples_per_prompt"])
-    mine = prompts[prompts["prompt_index"] % num_shards == shard]
-    if params.get("torch_threads"):
-        torch.set_num_threads(int(params["torch_threads"]))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = resolve_dtype(params.get("dtype"), device, entry["model_dir"])
-    sampling = sampling_params_from(params)
-    label = f"{run}.step_{step}.shard_{shard}"
-    answers = dict(zip(mine["prompt_index"].astype(int), mine["answer"], strict=True))
-    ids_of = dict(zip(mine["prompt_index"].astype(int), mine["prompt_id"], strict=True))
-    if backend == "vllm":
-        from hed.decode.vllm import open_vllm_backend
+    return entry
 
-        tokenizer, eos_ids, generate_with, backend_record = open_vllm_backend(
-            entry["model_dir"], params.get("vllm"), dtype=dtype, device=device
-        )
-        model_config = transformers.AutoConfig.from_pretrained(entry["model_dir"])
-    else:
-        model, tokenizer = load_model_and_tokenizer(
-            entry["model_dir"], dtype=dtype_name_of(dtype), device=device
-        )
-        eos_ids = checkpoint_eos_token_ids(model, tokenizer)
-        generate_with = functools.partial(generate_sequences, model, tokenizer)
-        backend_record = {"name": "hf", "version": transformers.__version__}
-        model_config = model.config
-    generation_metadata = {
-        "run": run,
-        "step": step,
-        "shard": shard,
-        "num_shards": num_shards,
-        "samples_per_prompt": samples,
-        "sampling": sampling.__dict__,
-        "dtype": str(dtype).removeprefix("torch."),
-        "device": device,
-        "checkpoint": entry,
-        "prompt_ids": sorted(set(ids_of.values())),
-        "chat_template": chat_template_settings(prompt_params),
-        "hed_version": hed.__version__,
-        "backend": backend_record,
-    }
-    inputs = [
-        PromptInput(
-            prompt_index=int(row.prompt_index),
-            prompt_id=row.prompt_id,
-            text=render_prompt(tokenizer, row.prompt, prompt_params),
-        )
-        for row in mine.itertuples()
-    ]
-    check_context_length(
-        {
-            p.prompt_index: len(tokenizer(p.text, add_special_tokens=False)["input_ids"])
-            for p in inputs
-        },
-        sampling.max_new_tokens,
-        getattr(model_config, "max_position_embeddings", None),
-        entry["model_dir"],
-    )
-    special_ids = np.array(sorted(set(tokenizer.all_special_ids) | set(eos_ids)), dtype=np.int32)
-    progress: ShardProgress | None = None
 
-    def generate(kept: set[tuple[int, int]]):
-        nonlocal progress
-        progress = ShardProgress(
-            label, len(inputs) * samples - len(kept), params.get("log_every_s")
-        )
-        return generate_with(inputs, samples, sampling, eos_ids, progress=progress, skip=kept)
+def shard_tables(
+    sequences: list[Any],
+    prompts: pd.DataFrame,
+    metadata: dict[str, Any],
+    special_ids: np.ndarray,
+    *,
+    run: str,
+    step: int,
+    shard: int,
+) -> dict[str, pa.Table]:
+    """The shard's two tables, each with ``metadata`` under ``hed.generation``.
 
-    if parts is None:
-        sequences, n_kept = list(generate(set())), 0
-    else:
-        sequences, n_kept = keep_and_generate(
-            parts, generation_metadata, generate, every=sampling.batch_size, label=label
-        )
-    if progress is not None:
-        progress.finish([s.finish_reason for s in sequences[n_kept:]], kept=n_kept)
-    metadata = {GENERATION_METADATA_KEY: json.dumps(generation_metadata, sort_keys=True).encode()}
+    Args:
+        sequences: the shard's sequences (any order).
+        prompts: the shard's rows of ``prompts`` (answers and prompt ids).
+        metadata: the shard's generation metadata.
+        special_ids: ids whose records are marked ``is_special``.
+        run, step, shard: the shard.
+
+    Returns:
+        ``{"token_records": ..., "sequences": ...}`` (:func:`records_table`,
+        :func:`sequences_table`).
+    """
+    answers = dict(zip(prompts["prompt_index"].astype(int), prompts["answer"], strict=True))
+    ids_of = dict(zip(prompts["prompt_index"].astype(int), prompts["prompt_id"], strict=True))
+    kv = {GENERATION_METADATA_KEY: json.dumps(metadata, sort_keys=True).encode()}
     records = records_table(sequences, run=run, step=step, shard=shard, special_ids=special_ids)
     seqs = sequences_table(
         sequences, answers, ids_of, run=run, step=step, shard=shard, special_ids=special_ids
     )
     return {
-        "token_records": records.replace_schema_metadata(metadata),
-        "sequences": seqs.replace_schema_metadata(metadata),
+        "token_records": records.replace_schema_metadata(kv),
+        "sequences": seqs.replace_schema_metadata(kv),
     }
 
 
-def dtype_name_of(dtype: Any) -> str:
-    """``torch.bfloat16`` → ``"bfloat16"``."""
-    return str(dtype).removeprefix("torch.")
-
-
-def sampling_params_from(params: dict[str, Any]):
-    """Build :class:`hed.decode.hf.SamplingParams` from ``params:generation``, validated
+def sampling_params_from(params: dict[str, Any]) -> SamplingParams:
+    """Build :class:`hed.decode.types.SamplingParams` from ``params:generation``, validated
     (:func:`hed.config.params.sampling_params`).
 
     Raises:

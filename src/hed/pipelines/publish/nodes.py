@@ -1,12 +1,19 @@
-"""Node of the publish pipeline: which files of the latest reporting run go to ``results/``."""
+"""Nodes of the publish pipeline: which files of the latest reporting run go where.
+
+``plan_publication`` → ``results/final_artifacts/<env>/``; ``plan_study_bundle`` → the study
+as one bundle, which ``log_study_to_wandb`` and ``commit_study_to_hub`` hand to their catalog
+datasets (a W&B run, one Hugging Face commit).
+"""
 
 from __future__ import annotations
 
 from pathlib import PurePosixPath
 from typing import Any
 
+from hed.config.publish import publish_params
 from hed.errors import ConfigError
 from hed.io.publishing import check_env_name, environment_label, rerun_reporting
+from hed.io.study_bundle import StudyBundle, plan_bundle
 
 
 def plan_publication(
@@ -31,15 +38,9 @@ def plan_publication(
         ConfigError: the latest ``resolved_config`` comes from another environment, or does not
             name its output files (reporting ran without ``ProvenanceHooks``).
     """
-    env = environment_label((run_context or {}).get("env"))
-    source_env = environment_label(resolved_config.get("env"))
+    env = _check_same_env(resolved_config, run_context)
     run_id = resolved_config.get("run_id")
     rerun = f"`{rerun_reporting(env)}`"
-    if source_env != env:
-        raise ConfigError(
-            f"the latest resolved_config was written by environment {source_env!r} (run {run_id}), "
-            f"not {env!r}: run {rerun} first (or give each environment its own data folder)"
-        )
     artifacts = resolved_config.get("artifacts") or {}
     unnamed = sorted(name for name, info in artifacts.items() if not (info or {}).get("path"))
     if not artifacts or unnamed:
@@ -58,7 +59,68 @@ def plan_publication(
     }
     return {
         "env": check_env_name(publish.get("env_name") or env),
+        "git_lfs": publish_params(publish).git_lfs,
         "project_path": resolved_config.get("project_path"),
         "source": {"env": resolved_config.get("env"), "run_id": run_id},
         "files": files,
     }
+
+
+def _check_same_env(resolved_config: dict[str, Any], run_context: dict[str, Any]) -> str:
+    """The label of this run's environment, once checked to be that of ``resolved_config``.
+
+    Raises:
+        ConfigError: the latest ``resolved_config`` comes from another environment.
+    """
+    env = environment_label((run_context or {}).get("env"))
+    source_env = environment_label(resolved_config.get("env"))
+    if source_env != env:
+        raise ConfigError(
+            f"the latest resolved_config was written by environment {source_env!r} (run "
+            f"{resolved_config.get('run_id')}), not {env!r}: run `{rerun_reporting(env)}` first "
+            "(or give each environment its own data folder)"
+        )
+    return env
+
+
+def plan_study_bundle(
+    resolved_config: dict[str, Any],
+    run_context: dict[str, Any],
+    publish: dict[str, Any],
+    *records: Any,
+) -> StudyBundle:
+    """The study as one bundle: the latest reporting run's files, tables and pages, and (with
+    ``publish.include_records``) every step's merged records and responses.
+
+    Args:
+        resolved_config: the latest ``resolved_config``.
+        run_context: from :class:`hed.hooks.ProvenanceHooks`; its ``inputs`` name the exact
+            file of each records dataset this node takes.
+        publish: ``params:publish``.
+        records: the ``<run>.step_<step>.token_records`` / ``.sequences`` datasets (lazy;
+            only their recorded paths are used).
+
+    Returns:
+        The :class:`hed.io.study_bundle.StudyBundle` (study = ``publish.env_name`` or the env).
+
+    Raises:
+        ConfigError: ``resolved_config`` of another environment, or naming no figure file.
+    """
+    env = _check_same_env(resolved_config, run_context)
+    params = publish_params(publish)
+    return plan_bundle(
+        resolved_config,
+        (run_context or {}).get("inputs"),
+        study=check_env_name(params.env_name or env),
+        include_records=params.include_records,
+    )
+
+
+def log_study_to_wandb(study_bundle: StudyBundle, publish: dict[str, Any]) -> dict[str, Any]:
+    """What ``wandb_publication`` logs: the bundle and ``publish.wandb`` (checked)."""
+    return {"bundle": study_bundle, "settings": publish_params(publish).wandb}
+
+
+def commit_study_to_hub(study_bundle: StudyBundle, publish: dict[str, Any]) -> dict[str, Any]:
+    """What ``hub_publication`` commits: the bundle and ``publish.hub`` (checked)."""
+    return {"bundle": study_bundle, "settings": publish_params(publish).hub}

@@ -35,6 +35,7 @@ from hed.analysis.rescoring import (
     shard_dtype,
     shard_rows,
 )
+from hed.config.params import AggregationParams, GenerationParams, top_entropy_frac_param
 from hed.decode.teacher_forced import compare_scores
 from hed.errors import ConfigError, InputDataError
 from hed.records.schema import RECORD_KEY, REFERENCE_RESPONSE_SCHEMA
@@ -62,7 +63,8 @@ def select_reference_responses(
             ``hed.generation`` metadata is read (decode dtype, temperature, top_prob_k).
 
     Returns:
-        A :data:`~hed.records.schema.REFERENCE_RESPONSE_SCHEMA` table in (prompt_index, sample_index)
+        A :data:`~hed.records.schema.REFERENCE_RESPONSE_SCHEMA` table in (prompt_index,
+        sample_index)
         order with the Parquet metadata ``hed.reference`` (source, run, step, decode_dtype,
         temperature, top_prob_k).
 
@@ -146,7 +148,8 @@ def select_user_responses(user_responses: pd.DataFrame) -> pa.Table:
             appearance, samples in order within a prompt).
 
     Returns:
-        A :data:`~hed.records.schema.REFERENCE_RESPONSE_SCHEMA` table (token ids null) with the metadata
+        A :data:`~hed.records.schema.REFERENCE_RESPONSE_SCHEMA` table (token ids null) with the
+        metadata
         ``hed.reference`` = ``{"source": "file"}``.
 
     Raises:
@@ -232,9 +235,7 @@ def rescore_shard(
         CheckpointError: the checkpoint cannot be loaded or has an unsupported head.
         InputDataError: a token id outside the checkpoint's vocabulary.
     """
-    import torch
-
-    from hed.decode.hf import checkpoint_eos_token_ids, load_model_and_tokenizer
+    from hed.decode.backend import open_backend
     from hed.decode.prompts import render_prompt
     from hed.decode.teacher_forced import score_responses
 
@@ -244,38 +245,35 @@ def rescore_shard(
         raise ConfigError(
             f"no checkpoint resolved for run {run!r} step {step}: rerun `resolve_checkpoints`"
         )
-    temperature = params["temperature"] or generation.get("temperature", 1.0)
-    top_prob_k = int(params["top_prob_k"] or generation.get("top_prob_k", 5))
-    if params["torch_threads"]:
-        torch.set_num_threads(int(params["torch_threads"]))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_model_and_tokenizer(
-        entry["model_dir"], dtype=params["dtype"], device=device
-    )
-    special_ids = np.array(
-        sorted(set(tokenizer.all_special_ids) | set(checkpoint_eos_token_ids(model, tokenizer))),
-        dtype=np.int32,
-    )
-    table = reference_responses.to_table()
-    mine = shard_rows(table, shard, num_shards)
-    items, special = items_to_score(mine, tokenizer, prompt_params, special_ids, render_prompt)
-    scored = list(
-        score_responses(
-            model,
-            items,
-            temperature=float(temperature),
-            top_prob_k=top_prob_k,
-            batch_size=params["batch_size"],
-            chunk_positions=params["chunk_positions"],
-            pad_token_id=int(tokenizer.pad_token_id or 0),
+    sampling = GenerationParams.of(generation).sampling
+    temperature = params.temperature or sampling.temperature
+    top_prob_k = int(params.top_prob_k or sampling.top_prob_k)
+    with open_backend(
+        "hf", entry["model_dir"], dtype=params.dtype, torch_threads=params.torch_threads
+    ) as backend:
+        table = reference_responses.to_table()
+        mine = shard_rows(table, shard, num_shards)
+        items, special = items_to_score(
+            mine, backend.tokenizer, prompt_params, backend.special_ids, render_prompt
         )
-    )
+        scored = list(
+            score_responses(
+                backend.model,
+                items,
+                temperature=float(temperature),
+                top_prob_k=top_prob_k,
+                batch_size=params.batch_size,
+                chunk_positions=params.chunk_positions,
+                pad_token_id=int(backend.tokenizer.pad_token_id or 0),
+            )
+        )
+    device = backend.device
     metadata = {
         "run": run,
         "step": int(step),
         "shard": int(shard),
         "num_shards": int(num_shards),
-        "dtype": params["dtype"],
+        "dtype": params.dtype,
         "device": device,
         "temperature": float(temperature),
         "top_prob_k": top_prob_k,
@@ -290,7 +288,7 @@ def rescore_shard(
         shard,
         len(scored),
         sum(len(s.token_ids) for s in scored),
-        params["dtype"],
+        params.dtype,
     )
     records = rescored_table(scored, special, run=run, step=step, shard=shard, k=top_prob_k)
     return records.replace_schema_metadata({RESCORING_METADATA_KEY: json.dumps(metadata).encode()})
@@ -365,7 +363,7 @@ def check_self_consistency(
     Raises:
         RescoringConsistencyError: a float32/float32 comparison exceeds the tolerance.
     """
-    tolerance = float(rescoring_section(rescoring)["consistency_tolerance"])
+    tolerance = float(rescoring_section(rescoring).consistency_tolerance)
     rows, cursor = [], 0
     for run, step, n_shards in checks:
         reference, decode, shards = (
@@ -422,13 +420,14 @@ def check_self_consistency(
 
 
 def tabulate_entropy_overlap(
-    rescored_entropies: dict[str, dict[int, np.ndarray]], aggregation: dict[str, Any]
+    rescored_entropies: dict[str, dict[int, np.ndarray]],
+    aggregation: AggregationParams | dict[str, Any],
 ) -> pd.DataFrame:
     """``entropy_overlap``: per (run, step) the top-ρ overlap with the first and last step.
 
     ρ is ``aggregation.top_entropy_frac`` (the high-entropy fraction of the whole study).
     """
-    rho = (aggregation or {}).get("top_entropy_frac", 0.2)
+    rho = top_entropy_frac_param(aggregation)
     parts = [entropy_overlap(run, steps, rho) for run, steps in rescored_entropies.items()]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=OVERLAP_COLUMNS)
 
@@ -437,7 +436,7 @@ def tabulate_entropy_change(
     rescored_entropies: dict[str, dict[int, np.ndarray]], rescoring: dict[str, Any]
 ) -> pd.DataFrame:
     """``entropy_change_by_percentile``: per (run, step, base-percentile bin) the mean change."""
-    width = rescoring_section(rescoring)["percentile_bin_width"]
+    width = rescoring_section(rescoring).percentile_bin_width
     parts = [
         entropy_change_by_percentile(run, steps, width) for run, steps in rescored_entropies.items()
     ]
@@ -466,7 +465,8 @@ def tabulate_entropy_percentiles(
 
 
 def plot_entropy_overlap_png(entropy_overlap: pd.DataFrame):
-    """The ``entropy_overlap`` figure (:func:`hed.report.rescoring_figures.plot_entropy_overlap`)."""
+    """The ``entropy_overlap`` figure
+    (:func:`hed.report.rescoring_figures.plot_entropy_overlap`)."""
     from hed.report.rescoring_figures import plot_entropy_overlap
 
     return plot_entropy_overlap(entropy_overlap)

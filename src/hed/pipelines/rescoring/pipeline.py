@@ -36,6 +36,14 @@ from hed.analysis.rescoring import reference_plan
 from hed.config.layout import StudyLayout, active_layout, active_params
 from hed.pipelines.binding import bound
 
+from .analysis_nodes import (
+    combine_tables,
+    plot_delta_logprob_png,
+    plot_sampler_trainer_mismatch_png,
+    rescore_trainer_shard,
+    tabulate_delta_logprob,
+    tabulate_sampler_trainer_mismatch,
+)
 from .nodes import (
     check_self_consistency,
     collect_rescored_entropies,
@@ -200,4 +208,145 @@ def create_pipeline(
                 tags=[TAG],
             ),
         ]
+    return Pipeline(nodes) + mismatch_pipeline(layout) + delta_logprob_pipeline(layout, plans)
+
+
+def mismatch_pipeline(layout: StudyLayout) -> Pipeline:
+    """Per (run, step): the step's own responses, re-scored in ``analyses.mismatch.dtype`` by
+    its checkpoint (``gpu``), against the decode-time records; the stacked table and figure.
+
+    Outputs: ``<run>.step_<s>.own_responses``,
+    ``<run>.step_<s>.shard_<k>.trainer_rescored_records``,
+    ``<run>.step_<s>.sampler_trainer_mismatch``, ``sampler_trainer_mismatch``,
+    ``sampler_trainer_mismatch_png``.
+    """
+    nodes, tables = [], []
+    for run, step in ((run.name, step) for run, step in layout.run_steps()):
+        ns = f"{run}.step_{step}"
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="One or more dataset names contain '.'")
+            nodes.append(
+                Node(
+                    func=bound(select_reference_responses, reference_run=run, reference_step=step),
+                    inputs=[
+                        "prompts",
+                        f"{ns}.sequences",
+                        f"{ns}.token_records",
+                        f"{ns}.shard_0.token_records",
+                    ],
+                    outputs=f"{ns}.own_responses",
+                    name="select_own_responses",
+                    namespace=ns,
+                    tags=[TAG, f"run_{run}", f"step_{step}"],
+                )
+            )
+            shards = [f"{ns}.shard_{k}.trainer_rescored_records" for k in range(layout.num_shards)]
+            for shard, output in enumerate(shards):
+                nodes.append(
+                    Node(
+                        func=bound(
+                            rescore_trainer_shard,
+                            run=run,
+                            step=step,
+                            shard=shard,
+                            num_shards=layout.num_shards,
+                        ),
+                        inputs={
+                            "own_responses": f"{ns}.own_responses",
+                            "checkpoints": "checkpoints",
+                            "prompt_params": "params:prompts",
+                            "rescoring": "params:rescoring",
+                            "generation": "params:generation",
+                            "analyses": "params:analyses",
+                        },
+                        outputs=output,
+                        name="rescore_trainer_shard",
+                        namespace=f"{ns}.shard_{shard}",
+                        tags=["gpu", TAG, f"run_{run}", f"step_{step}"],
+                    )
+                )
+            nodes.append(
+                Node(
+                    func=bound(tabulate_sampler_trainer_mismatch, run=run, step=step),
+                    inputs=["params:analyses", f"{ns}.token_records", *shards],
+                    outputs=f"{ns}.sampler_trainer_mismatch",
+                    name="tabulate_sampler_trainer_mismatch",
+                    namespace=ns,
+                    tags=[TAG, f"run_{run}", f"step_{step}"],
+                )
+            )
+            tables.append(f"{ns}.sampler_trainer_mismatch")
+    nodes += [
+        Node(
+            func=combine_tables,
+            inputs=tables,
+            outputs="sampler_trainer_mismatch",
+            name="combine_sampler_trainer_mismatch",
+            tags=[TAG],
+        ),
+        Node(
+            func=plot_sampler_trainer_mismatch_png,
+            inputs=["sampler_trainer_mismatch", "params:analyses"],
+            outputs="sampler_trainer_mismatch_png",
+            name="plot_sampler_trainer_mismatch",
+            tags=[TAG],
+        ),
+    ]
+    return Pipeline(nodes)
+
+
+def delta_logprob_pipeline(layout: StudyLayout, plans: list) -> Pipeline:
+    """Per run: Δlog p of its reference responses from the base checkpoint, then the stacked
+    ``delta_logprob_by_step`` and ``delta_logprob_top_tokens`` and their figure."""
+    nodes, by_step, tops = [], [], []
+    for plan in plans:
+        steps = list(layout.run(plan.run).steps)
+        inputs = [rescored_name(plan.run, s, k) for s in steps for k in range(layout.num_shards)]
+        with_records = plan.source != "file"
+        if with_records:
+            inputs.insert(0, f"{plan.reference_run}.step_{plan.reference_step}.token_records")
+        outputs = [f"{plan.run}.delta_logprob_by_step", f"{plan.run}.delta_logprob_top_tokens"]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="One or more dataset names contain '.'")
+            nodes.append(
+                Node(
+                    func=bound(
+                        tabulate_delta_logprob,
+                        run=plan.run,
+                        steps=steps,
+                        num_shards=layout.num_shards,
+                        with_records=with_records,
+                    ),
+                    inputs=["params:analyses", *inputs],
+                    outputs=outputs,
+                    name="tabulate_delta_logprob",
+                    namespace=plan.run,
+                    tags=[TAG, f"run_{plan.run}"],
+                )
+            )
+        by_step.append(outputs[0])
+        tops.append(outputs[1])
+    nodes += [
+        Node(
+            func=combine_tables,
+            inputs=by_step,
+            outputs="delta_logprob_by_step",
+            name="combine_delta_logprob_by_step",
+            tags=[TAG],
+        ),
+        Node(
+            func=combine_tables,
+            inputs=tops,
+            outputs="delta_logprob_top_tokens",
+            name="combine_delta_logprob_top_tokens",
+            tags=[TAG],
+        ),
+        Node(
+            func=plot_delta_logprob_png,
+            inputs=["delta_logprob_by_step", "params:analyses"],
+            outputs="delta_logprob_png",
+            name="plot_delta_logprob",
+            tags=[TAG],
+        ),
+    ]
     return Pipeline(nodes)

@@ -1,0 +1,318 @@
+"""Every key each parameter section may hold, its default, and the unknown-key check.
+
+:data:`SECTIONS` lists, for every parameter section HED reads (``runs.<run>``, ``prompts``,
+``generation``, ``aggregation``, ``metrics``, ``reporting``, ``publish``, ``dynamics``,
+``rescoring``, ``mini_rl``), the keys it may hold and their defaults. A key not listed is an
+error naming the key, the file (or ``--params``) that set it and the nearest valid key
+(:func:`check_unknown_keys`): a misspelt ``temprature: 0.7`` would otherwise be ignored and
+sampling run at 1.0.
+
+Defaults that a typed section already declares are taken from it, so each lives in one place:
+the sampling settings from :class:`hed.decode.types.SamplingParams`, the vLLM engine's from
+:class:`hed.decode.types.VLLMSettings`, the rescoring's from
+:data:`hed.analysis.rescoring.RESCORING_DEFAULTS`. ``conf/base/parameters_*.yml`` write the
+same values out for users (a test keeps them equal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hed.analysis.rescoring import RESCORING_DEFAULTS
+from hed.decode.prompts import DUPLICATE_POLICIES
+from hed.decode.types import SamplingParams, VLLMSettings
+from hed.errors import ConfigError
+
+
+def _defaults_of(cls: type) -> dict[str, Any]:
+    """``{field: default}`` of a dataclass, ``...`` for a field without one (in field order)."""
+    return {
+        field.name: field.default if field.default is not dataclasses.MISSING else ...
+        for field in dataclasses.fields(cls)
+    }
+
+
+#: Every key each section may hold, with its default (``...``: no default, the key is needed
+#: where it is read). Keys of a ``*`` entry are free (run names, words, GRPOConfig fields);
+#: ``<name>`` stands for one level of free names whose values follow the nested schema.
+SECTIONS: dict[str, dict[str, Any]] = {
+    "runs.<run>": {"role": "single", "checkpoint_root": ..., "steps": "all", "embedded": False},
+    "prompts": {
+        "prompt_columns": ["prompt", "question", "problem"],
+        "answer_column": "answer",
+        "num_prompts": None,
+        "seed": 0,
+        "apply_chat_template": True,
+        "enable_thinking": None,
+        "system_prompt": None,
+        "instruction_suffix": "",
+        "duplicates": "drop",
+    },
+    "generation": {
+        "num_shards": 1,
+        "samples_per_prompt": ...,
+        **_defaults_of(SamplingParams),  # temperature, top_p, top_k, max_new_tokens, ...
+        "dtype": "by_device",
+        "torch_threads": None,
+        "log_every_s": 30,
+        "backend": "hf",
+        "vllm": {},
+    },
+    "generation.vllm": _defaults_of(VLLMSettings),
+    "aggregation": {"top_entropy_frac": 0.2, "chunk_records": 524288, "lexicon": None},
+    "aggregation.lexicon": {"*": None},
+    "metrics": {"wandb_defaults": {}, "runs": {}},
+    "metrics.wandb_defaults": {"metric_key": ..., "step_key": ...},
+    "metrics.runs.<run>": {"sources": {}, "figure_source": None},
+    "reporting": {
+        "strict": False,
+        "top_n_words": 20,
+        "fig2_measure": "count",
+        "fig3": {},
+        "figure2": {},
+        "figure3": {},
+        "token_report": {},
+        "explorer": {},
+    },
+    "reporting.token_report": {
+        "enabled": True,
+        "responses_per_step": 8,
+        "max_tokens_per_response": 2000,
+        "steps": None,
+        "seed": 0,
+    },
+    "reporting.explorer": {
+        "enabled": True,
+        "responses_per_step": 16,
+        "max_tokens_per_response": 2000,
+        "steps": None,
+        "seed": 0,
+        "estimator": "grpo",
+    },
+    "reporting.fig3": {"steps": None},
+    "reporting.figure2": {"panel_size": [3.5, 2.8], "dpi": 200},
+    "reporting.figure3": {"panel_size": [2.6, 3.6], "dpi": 200},
+    "publish": {"env_name": None, "git_lfs": True, "include_records": True, "wandb": {}, "hub": {}},
+    "publish.wandb": {
+        "enabled": False,
+        "project": None,
+        "entity": None,
+        "name": None,
+        "mode": None,
+        "dir": None,
+        "tags": [],
+    },
+    "publish.hub": {
+        "enabled": False,
+        "repo_id": None,
+        "revision": None,
+        "path_in_repo": None,
+        "private": True,
+        "create_repo": True,
+    },
+    "dynamics": {
+        "estimators": ["grpo", "dr_grpo"],
+        "epsilon": 1.0e-6,
+        "clip_cov_band": [1.0, 5.0],
+        "kl_cov_ratio": 0.002,
+        "batch_records": 65536,
+        "figures": {},
+    },
+    "dynamics.figures": {"panel_size": [3.2, 2.2], "dpi": 200},
+    "rescoring": {**RESCORING_DEFAULTS, "reference": {}},
+    "rescoring.reference": RESCORING_DEFAULTS["reference"],
+    "analyses": {
+        "reference_run": None,
+        "mismatch": {},
+        "trainer_entropy": {},
+        "delta_logprob": {},
+        "dpi": 200,
+    },
+    "analyses.mismatch": {"dtype": "bfloat16", "ratio_bounds": [0.5, 2.0]},
+    "analyses.trainer_entropy": {"metric_key": "actor/entropy", "tolerance_nats": 0.05},
+    "analyses.delta_logprob": {"top_n": 20, "min_count": 2},
+    "mini_rl": {
+        "base_model": {},
+        "wandb": {},
+        "task": {},
+        "reward": "integer_match",
+        "validation": {},
+        "torch_threads": None,
+        "training": {},
+        "runs": {},
+    },
+    "mini_rl.base_model": {"embedded": False, "model_dir": ...},
+    "mini_rl.wandb": {"dir": ..., "project": ...},
+    "mini_rl.task": {"kinds": ..., "num_train": ..., "num_validation": ..., "seed": 0},
+    "mini_rl.validation": {"metric_key": ..., "max_new_tokens": ..., "batch_size": ...},
+}
+
+#: The top-level parameter names HED reads (the keys of ``conf/<env>/parameters*.yml``).
+TOP_LEVEL = ("runs", "prompts", "generation", "aggregation", "metrics", "reporting", "publish",
+             "mini_rl", "dynamics", "rescoring", "analyses")  # fmt: skip
+
+
+def _schema_for(path: str) -> dict[str, Any] | None:
+    """The schema of the section at dotted ``path`` (``runs.dapo``, ``metrics.runs.x``)."""
+    for pattern, schema in SECTIONS.items():
+        if fnmatch.fnmatchcase(path, pattern.replace("<run>", "*")) and path.count(
+            "."
+        ) == pattern.count("."):
+            return schema
+    return None
+
+
+def unknown_keys(params: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """Every key of ``params`` that no section lists, with the nearest valid key.
+
+    Args:
+        params: the whole parameters mapping of an environment (runtime ``--params`` merged).
+
+    Returns:
+        ``[(dotted_key, nearest_valid_dotted_key_or_None), ...]`` in the order met.
+    """
+    found: list[tuple[str, str | None]] = []
+
+    def walk(path: str, value: Any) -> None:
+        schema = _schema_for(path)
+        if schema is None or "*" in schema or not isinstance(value, Mapping):
+            return
+        for raw_key, child in value.items():
+            key = str(raw_key)
+            if key not in schema:
+                near = difflib.get_close_matches(key, list(schema), n=1, cutoff=0.6)
+                found.append((f"{path}.{key}", f"{path}.{near[0]}" if near else None))
+                continue
+            walk(f"{path}.{key}", child)
+
+    for raw_key, value in params.items():
+        key = str(raw_key)
+        if key not in TOP_LEVEL:
+            near = difflib.get_close_matches(key, TOP_LEVEL, n=1, cutoff=0.6)
+            found.append((key, near[0] if near else None))
+        elif key == "runs" and isinstance(value, Mapping):
+            for run, cfg in value.items():
+                walk(f"runs.{run}", cfg)
+        elif key == "metrics" and isinstance(value, Mapping):
+            walk("metrics", {k: v for k, v in value.items() if k != "runs"})
+            for run, cfg in (value.get("runs") or {}).items():
+                walk(f"metrics.runs.{run}", cfg)
+        else:
+            walk(key, value)
+    return found
+
+
+def check_unknown_keys(
+    params: Mapping[str, Any], origin: Callable[[str], str] | None = None
+) -> None:
+    """Refuse a parameter key that HED does not read (a misspelling would be ignored).
+
+    Args:
+        params: the environment's parameters (runtime ``--params`` merged).
+        origin: ``dotted_key -> "conf/base/parameters_generation.yml"`` or ``"--params"``
+            (:func:`key_origin`); default: no file named.
+
+    Raises:
+        ConfigError: ``unknown parameter <key> (<file>): did you mean <key>? ...``, for the
+            first unknown key.
+    """
+    found = unknown_keys(params)
+    if not found:
+        return
+    key, near = found[0]
+    where = f" (set in {origin(key)})" if origin else ""
+    hint = f"did you mean {near}?" if near else f"valid keys here: {_valid_here(key)}"
+    more = f"; {len(found) - 1} more unknown key(s)" if len(found) > 1 else ""
+    raise ConfigError(
+        f"unknown parameter {key}{where}: {hint} HED does not read it, so it would be ignored{more}"
+    )
+
+
+def _valid_here(key: str) -> str:
+    parent = key.rsplit(".", 1)[0] if "." in key else ""
+    schema = _schema_for(parent) if parent else dict.fromkeys(TOP_LEVEL)
+    return ", ".join(sorted(schema or {})) or "none"
+
+
+def key_origin(
+    dotted_key: str,
+    conf_source: str | Path,
+    env: str | None,
+    runtime_params: Mapping[str, Any] | None = None,
+    *,
+    base_env: str = "base",
+    default_run_env: str = "local",
+) -> str:
+    """Which file (or ``--params``) set ``dotted_key``: the one Kedro's merge takes it from.
+
+    Runtime ``--params`` win over the environment's files, which win over ``base``'s.
+
+    Args:
+        dotted_key: e.g. ``generation.temprature``.
+        conf_source: the project's ``conf`` folder.
+        env: the run environment (``None``: ``default_run_env``).
+        runtime_params: Kedro's runtime parameters (``--params``), nested.
+        base_env, default_run_env: as in ``settings.CONFIG_LOADER_ARGS``.
+
+    Returns:
+        ``"--params"``, a path such as ``conf/base/parameters_generation.yml`` (relative to
+        the project when it can be), or ``"the parameters"`` when no file holds it.
+    """
+    import yaml
+
+    parts = dotted_key.split(".")
+    if _lookup(runtime_params or {}, parts):
+        return "--params"
+    conf = Path(conf_source)
+    for folder in (env or default_run_env, base_env):
+        files = sorted((conf / folder).glob("parameters*.yml")) + sorted(
+            (conf / folder).glob("parameters*/**/*.yml")
+        )
+        for path in files:
+            try:
+                data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            except (OSError, yaml.YAMLError):
+                continue
+            if _lookup(data, parts):
+                try:
+                    return str(path.relative_to(conf.parent))
+                except ValueError:
+                    return str(path)
+    return "the parameters"
+
+
+def _lookup(data: Any, parts: Sequence[str]) -> bool:
+    for part in parts:
+        if not isinstance(data, Mapping) or part not in data:
+            return False
+        data = data[part]
+    return True
+
+
+def default(section_name: str, key: str) -> Any:
+    """The default of ``<section_name>.<key>`` (:data:`SECTIONS`), e.g. ``default("aggregation",
+    "top_entropy_frac")`` → 0.2.
+
+    Raises:
+        KeyError: the section or key is not listed, or the key has no default (``...``).
+    """
+    value = SECTIONS[section_name][key]
+    if value is ...:
+        raise KeyError(f"{section_name}.{key} has no default")
+    return value
+
+
+__all__ = [
+    "DUPLICATE_POLICIES",
+    "SECTIONS",
+    "TOP_LEVEL",
+    "check_unknown_keys",
+    "default",
+    "key_origin",
+    "unknown_keys",
+]

@@ -1,0 +1,148 @@
+"""The small parameter validators: one implementation of "a positive integer, not a bool".
+
+Every message names the dotted key (``generation.num_shards must be a positive integer, got
+0``) and raises :class:`hed.errors.ConfigError`. They sit in ``core`` so that any layer
+(``decode.prompts``, ``analysis.covariance``, ``analysis.rescoring``, ``report``, ``config``)
+can check a value without importing the parameter sections of :mod:`hed.config.params`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from hed.errors import ConfigError
+
+
+def is_integer(value: Any) -> bool:
+    """True for an ``int`` that is not a ``bool`` (YAML's ``true`` is an ``int`` in Python)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def integer(value: Any, name: str) -> int:
+    """``value`` if it is an integer (not a bool).
+
+    Raises:
+        ConfigError: ``<name> must be an integer, got <value>``.
+    """
+    if not is_integer(value):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    return value
+
+
+def positive_int(value: Any, name: str, *, allow_none: bool = False) -> int | None:
+    """``value`` if it is an integer ≥ 1 (not a bool); ``None`` too when ``allow_none``.
+
+    Args:
+        value: the parameter's value.
+        name: its dotted key for the message, e.g. ``generation.num_shards``.
+        allow_none: ``null`` means "off" / "all" for this key.
+
+    Raises:
+        ConfigError: ``<name> must be a positive integer[ or null], got <value>``.
+    """
+    if value is None and allow_none:
+        return None
+    if not is_integer(value) or value < 1:
+        suffix = " or null" if allow_none else ""
+        raise ConfigError(f"{name} must be a positive integer{suffix}, got {value!r}")
+    return value
+
+
+def non_negative_int(value: Any, name: str) -> int:
+    """``value`` if it is an integer ≥ 0 (not a bool).
+
+    Raises:
+        ConfigError: ``<name> must be a non-negative integer, got <value>``.
+    """
+    if not is_integer(value) or value < 0:
+        raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def boolean(value: Any, name: str) -> bool:
+    """``value`` if it is ``true`` or ``false`` (a quoted ``"false"`` would count as true).
+
+    Raises:
+        ConfigError: ``<name> must be true or false (unquoted), got <value>``.
+    """
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false (unquoted), got {value!r}")
+    return value
+
+
+def section(value: Any, name: str, where: str | None = None) -> dict[str, Any]:
+    """A parameter section as a dict: ``None`` (an empty YAML section) means every default.
+
+    Args:
+        value: the section's value.
+        name: its dotted key (``reporting``, ``reporting.fig3``).
+        where: the file to name in the message (default ``parameters_<name>.yml`` for a
+            top-level section).
+
+    Raises:
+        ConfigError: not a mapping.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        if "." in name:
+            raise ConfigError(
+                f"{name} must be a mapping (e.g. `{name.rsplit('.', 1)[1]}: {{...}}`), "
+                f"got {value!r}"
+            )
+        raise ConfigError(
+            f"parameter `{name}` must be a mapping ({where or f'parameters_{name}.yml'}), "
+            f"got {value!r}"
+        )
+    return dict(value)
+
+
+def step_list(value: Any, name: str) -> list[int] | None:
+    """A list of non-negative integer steps (a single integer is a list of one), sorted and
+    deduplicated; ``None`` or an empty list: ``None``.
+
+    Raises:
+        ConfigError: ``<name> must be a list of non-negative integer steps, got <value>``.
+    """
+    if value is None or (isinstance(value, list | tuple) and not value):
+        return None
+    if is_integer(value):
+        value = [value]
+    if not isinstance(value, list | tuple) or any(not is_integer(s) or s < 0 for s in value):
+        raise ConfigError(f"{name} must be a list of non-negative integer steps, got {value!r}")
+    return sorted(set(value))
+
+
+def names(values: Iterable[str]) -> str:
+    """``a, b, c`` for messages."""
+    return ", ".join(sorted(values))
+
+
+__all__ = [
+    "boolean",
+    "integer",
+    "is_integer",
+    "names",
+    "non_negative_int",
+    "positive_int",
+    "section",
+    "step_list",
+]
+
+
+#: ``generation.stats_kernel`` values: the routes of :mod:`hed.core.fused_stats`.
+STATS_KERNELS = ("auto", "reference", "triton", "compiled")
+
+
+def check_stats_kernel(name: Any) -> str:
+    """Return ``name`` when it is one of :data:`STATS_KERNELS`.
+
+    Raises:
+        ConfigError: any other value, in one line naming the setting and the choices.
+    """
+    if name not in STATS_KERNELS:
+        raise ConfigError(
+            f"generation.stats_kernel must be one of {', '.join(STATS_KERNELS)}, got {name!r}"
+        )
+    return name

@@ -1,0 +1,263 @@
+"""Nodes of the analyses pipeline: pass@k per (run, step), the entropy–performance fit per run,
+every run compared per step (docs/dynamics.md, "Analyses across steps and runs").
+
+The tables are computed by :mod:`hed.analysis.pass_at_k`, :mod:`hed.analysis.entropy_fit` and
+:mod:`hed.analysis.runs_comparison`; the figures by :mod:`hed.report.analysis_figures`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+import pyarrow.dataset as ds
+from matplotlib.figure import Figure
+
+from hed.analysis.entropy_fit import fit_runs
+from hed.analysis.pass_at_k import PASS_AT_K_COLUMNS, step_pass_at_k
+from hed.analysis.runs_comparison import compare_runs, step_measures
+from hed.analysis.trainer_entropy import TRAINER_ENTROPY_COLUMNS, compare_trainer_entropy
+from hed.config.params import GenerationParams
+from hed.errors import ConfigError, InputDataError
+from hed.pass1.sources import parse_run_config, read_wandb_history, read_wandb_offline_history
+from hed.report import analysis_figures
+
+logger = logging.getLogger(__name__)
+
+#: The ``sampler_trainer_mismatch`` columns (its ``all`` rows) that ``runs_comparison`` holds.
+MISMATCH_MEASURES = (
+    "mean_abs_delta_logprob",
+    "p99_abs_delta_logprob",
+    "kl_k3",
+    "ratio_outside_share",
+)
+
+
+def analyses_section(analyses: Any) -> dict[str, Any]:
+    """``params:analyses`` with every default filled (``None`` = all defaults).
+
+    Raises:
+        ConfigError: not a mapping, or a bad dpi.
+    """
+    if analyses is None:
+        analyses = {}
+    if not isinstance(analyses, Mapping):
+        raise ConfigError(
+            f"parameter `analyses` must be a mapping (parameters_analyses.yml), got {analyses!r}"
+        )
+    dpi = analyses.get("dpi", 200)
+    if isinstance(dpi, bool) or not isinstance(dpi, int) or dpi < 10:
+        raise ConfigError(f"analyses.dpi must be an integer ≥ 10, got {dpi!r}")
+    return {"reference_run": None, **analyses, "dpi": dpi}
+
+
+def tabulate_pass_at_k(
+    *sequences: ds.Dataset, run_steps: Sequence[tuple[str, int]]
+) -> pd.DataFrame:
+    """``pass_at_k``: per (run, step, k) the unbiased pass@k of the step's graded samples.
+
+    Args:
+        *sequences: ``<run>.step_<step>.sequences`` (merged), in ``run_steps`` order.
+        run_steps: (run, step) of each, bound when the pipeline is built.
+
+    Returns:
+        run, step, k, pass_at_k, n_samples, n_prompts
+        (:func:`hed.analysis.pass_at_k.step_pass_at_k`); a step without graded samples has no row.
+    """
+    frames = [
+        step_pass_at_k(data.to_table(columns=["prompt_index", "correct"]).to_pandas(), run, step)
+        for data, (run, step) in zip(sequences, run_steps, strict=True)
+    ]
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in PASS_AT_K_COLUMNS})
+    return pd.concat(frames, ignore_index=True)
+
+
+def _entropy_and_pass1(summary_by_step: pd.DataFrame, pass1: pd.DataFrame) -> pd.DataFrame:
+    columns = ["run", "step", "pass1", "pass1_source"]
+    return summary_by_step[["run", "step", "mean_entropy"]].merge(
+        pass1[columns], on=["run", "step"], how="left"
+    )
+
+
+def fit_entropy_performance(
+    summary_by_step: pd.DataFrame, pass1_for_figures: pd.DataFrame
+) -> pd.DataFrame:
+    """``entropy_performance_fit``: R = −a·exp(H) + b per run (Cui et al., arXiv 2505.22617).
+
+    Args:
+        summary_by_step: run, step, mean_entropy (nats).
+        pass1_for_figures: run, step, pass1, pass1_source.
+
+    Returns:
+        run, a, b, r2, ceiling (= −a + b), n_steps, pass1_source, skipped
+        (:func:`hed.analysis.entropy_fit.fit_runs`).
+    """
+    return fit_runs(_entropy_and_pass1(summary_by_step, pass1_for_figures))
+
+
+def plot_pass_at_k_png(pass_at_k: pd.DataFrame, analyses: dict[str, Any]) -> Figure:
+    """pass@k curves, one panel per run, one line per step."""
+    return analysis_figures.plot_pass_at_k(pass_at_k, dpi=analyses_section(analyses)["dpi"])
+
+
+def plot_entropy_performance_fit_png(
+    summary_by_step: pd.DataFrame,
+    pass1_for_figures: pd.DataFrame,
+    entropy_performance_fit: pd.DataFrame,
+    analyses: dict[str, Any],
+) -> Figure:
+    """The steps' (H, pass@1) points and each run's fitted curve."""
+    return analysis_figures.plot_entropy_performance_fit(
+        _entropy_and_pass1(summary_by_step, pass1_for_figures),
+        entropy_performance_fit,
+        dpi=analyses_section(analyses)["dpi"],
+    )
+
+
+def build_runs_comparison(
+    summary_by_step: pd.DataFrame,
+    pass1_for_figures: pd.DataFrame,
+    pass_at_k: pd.DataFrame,
+    analyses: dict[str, Any],
+    runs: dict[str, Any],
+    **extra: pd.DataFrame,
+) -> pd.DataFrame:
+    """``runs_comparison``: every run's per-step measures and deltas to the reference run.
+
+    Args:
+        summary_by_step, pass1_for_figures, pass_at_k: the per-step tables.
+        analyses: ``params:analyses`` (reference_run; null = the first run of ``runs``).
+        runs: ``params:runs``.
+        **extra: further per-(run, step) measure tables by prefix (e.g. ``mismatch``: the
+            ``all`` rows of ``sampler_trainer_mismatch``), bound when the pipeline is built.
+
+    Returns:
+        run, step, the measures, reference_run, delta_<measure> per measure
+        (:func:`hed.analysis.runs_comparison.compare_runs`).
+
+    Raises:
+        ConfigError: the reference run is not a run with steps.
+    """
+    reference = analyses_section(analyses)["reference_run"] or next(iter(runs), None)
+    if "mismatch" in extra:  # its measures, not its bounds or counts
+        keep = ["run", "step", "subset", *MISMATCH_MEASURES]
+        extra = {**extra, "mismatch": extra["mismatch"].reindex(columns=keep)}
+    table, measures = step_measures(summary_by_step, pass1_for_figures, pass_at_k, extra)
+    return compare_runs(table, measures, str(reference))
+
+
+def plot_runs_comparison_png(runs_comparison: pd.DataFrame, analyses: dict[str, Any]) -> Figure:
+    """One panel per measure, one line per run."""
+    measures = [
+        c
+        for c in runs_comparison.columns
+        if c not in ("run", "step", "reference_run", "max_k") and not c.startswith("delta_")
+    ]
+    return analysis_figures.plot_runs_comparison(
+        runs_comparison, measures, dpi=analyses_section(analyses)["dpi"]
+    )
+
+
+def _trainer_settings(analyses: Any) -> tuple[str, float]:
+    section = analyses_section(analyses).get("trainer_entropy") or {}
+    key = section.get("metric_key", "actor/entropy")
+    tolerance = section.get("tolerance_nats", 0.05)
+    if not isinstance(key, str) or not key:
+        raise ConfigError(f"analyses.trainer_entropy.metric_key must be a W&B key, got {key!r}")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 0:
+        raise ConfigError(
+            f"analyses.trainer_entropy.tolerance_nats must be a number ≥ 0, got {tolerance!r}"
+        )
+    return key, float(tolerance)
+
+
+def fetch_trainer_entropy(
+    metrics_params: dict[str, Any], analyses: dict[str, Any], pass1: pd.DataFrame, *, run: str
+) -> pd.DataFrame:
+    """The trainer's logged entropy of ``run`` from its W&B source (key
+    ``analyses.trainer_entropy.metric_key``, verl: ``actor/entropy``).
+
+    Args:
+        metrics_params: ``params:metrics`` (the run's ``wandb`` / ``wandb_offline`` source and
+            its step key).
+        analyses: ``params:analyses``.
+        pass1: ``pass1``; unused, it orders this node after the metrics pipeline's W&B reads
+            (and, in mini_dapo, after the training that writes the runs).
+        run: bound when the pipeline is built.
+
+    Returns:
+        run, step, trainer_entropy (nats); no row when the run has no W&B source or the run
+        does not log the key (a warning says so).
+    """
+    key, _ = _trainer_settings(analyses)
+    empty = pd.DataFrame({"run": [], "step": [], "trainer_entropy": []})
+    spec = parse_run_config(metrics_params, run).wandb_source
+    if spec is None:
+        logger.info("run %s: no W&B source, so no trainer entropy (%s)", run, key)
+        return empty
+    options = spec.options
+    try:
+        if spec.name == "wandb":
+            history = read_wandb_history(
+                _ref(options, run),
+                metric_key=key,
+                step_key=options["step_key"],
+                base_url=options["base_url"],
+                timeout=options["timeout"],
+            )
+        else:
+            history = read_wandb_offline_history(
+                options["path"], metric_key=key, step_key=options["step_key"]
+            )
+    except InputDataError as exc:
+        logger.warning("run %s: no trainer entropy: %s", run, exc)
+        return empty
+    return pd.DataFrame(
+        {"run": run, "step": history["step"].astype(int), "trainer_entropy": history["pass1"]}
+    )
+
+
+def _ref(options: Mapping[str, Any], run: str):
+    from hed.pass1.sources import wandb_run_ref
+
+    return wandb_run_ref(options, f"metrics.runs.{run}.sources.wandb")
+
+
+def tabulate_trainer_entropy(
+    summary_by_step: pd.DataFrame,
+    generation: GenerationParams | dict[str, Any],
+    analyses: dict[str, Any],
+    *runs: pd.DataFrame,
+) -> pd.DataFrame:
+    """``trainer_entropy``: the trainer's logged entropy next to HED's, per (run, step).
+
+    Args:
+        summary_by_step: run, step, mean_entropy.
+        generation: ``params:generation`` (temperature).
+        analyses: ``params:analyses`` (trainer_entropy.metric_key, tolerance_nats).
+        *runs: :func:`fetch_trainer_entropy` of each run.
+
+    Returns:
+        :data:`hed.analysis.trainer_entropy.TRAINER_ENTROPY_COLUMNS`; a warning per step whose
+        difference exceeds the tolerance.
+    """
+    key, tolerance = _trainer_settings(analyses)
+    frames = [r for r in runs if len(r)]
+    trainer = (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame({"run": [], "step": [], "trainer_entropy": []})
+    )
+    if summary_by_step.empty:
+        return pd.DataFrame(columns=TRAINER_ENTROPY_COLUMNS)
+    return compare_trainer_entropy(
+        trainer,
+        summary_by_step,
+        metric_key=key,
+        temperature=float(GenerationParams.of(generation).sampling.temperature),
+        tolerance=tolerance,
+    )

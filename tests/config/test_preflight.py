@@ -1,0 +1,120 @@
+"""Checks before the first node runs: parameters of every section the run reads; short errors."""
+
+from __future__ import annotations
+
+import pytest
+from kedro.io import DataCatalog, MemoryDataset
+from kedro.pipeline import Node, Pipeline
+
+from hed.config.preflight import check_parameters
+from hed.errors import ConfigError
+
+GENERATION = {"num_shards": 1, "samples_per_prompt": 2, "max_new_tokens": 8, "dtype": "auto"}
+AGGREGATION = {"top_entropy_frac": 0.2, "lexicon": {"anthropomorphic": ["wait"]}}
+REPORTING = {"strict": False, "top_n_words": 20, "fig3": {"steps": [20, 80]}}
+
+
+def _identity(*args):
+    return args[0]
+
+
+def _run(sections: dict[str, object]) -> list[str]:
+    """``check_parameters`` on a pipeline of one node reading ``params:<section>`` of each."""
+    names = [f"params:{name}" for name in sections]
+    pipeline = Pipeline([Node(_identity, names, "out", name="reads_params")])
+    catalog = DataCatalog({f"params:{k}": MemoryDataset(v) for k, v in sections.items()})
+    return check_parameters(pipeline, catalog)
+
+
+def test_valid_parameters_pass_and_only_the_sections_read_are_checked():
+    assert _run({"generation": GENERATION, "aggregation": AGGREGATION, "reporting": REPORTING}) == [
+        "generation",
+        "aggregation",
+        "reporting",
+    ]
+    # a reporting-only run does not look at a broken generation section
+    assert _run({"reporting": REPORTING}) == ["reporting"]
+
+
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        ({"aggregation": {**AGGREGATION, "top_entropy_frac": 20}}, "top_entropy_frac = 20"),
+        ({"aggregation": {**AGGREGATION, "lexicon": {"anthropomorphic": [4]}}}, "lexicon"),
+        ({"reporting": {**REPORTING, "top_n_words": 0}}, "reporting.top_n_words"),
+        ({"reporting": {**REPORTING, "fig3": {"steps": "20, 80"}}}, "reporting.fig3.steps"),
+        ({"reporting": {**REPORTING, "strict": "false"}}, "reporting.strict"),
+        ({"generation": {**GENERATION, "temperature": 0}}, "generation.temperature"),
+        ({"generation": {**GENERATION, "dtype": "fp8"}}, "generation.dtype"),
+        ({"generation": {**GENERATION, "backend": "vlm"}}, "generation.backend"),
+        ({"runs": {"r": {"role": "clipped", "checkpoint_root": "x", "steps": [0]}}}, "role"),
+        ({"runs": {"r": {"role": "single", "checkpoint_root": "x", "steps": -1}}}, "steps"),
+    ],
+)
+def test_a_bad_value_of_any_section_read_stops_the_run_before_its_first_node(sections, message):
+    with pytest.raises(ConfigError) as raised:
+        _run({"generation": GENERATION, **sections})
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_short_message_finds_the_hed_error_kedro_wrapped():
+    from kedro.io.core import DatasetError
+
+    from hed.errors import InputDataError, short_message
+    from hed.runners.executor import FailedNodesError
+
+    cause = InputDataError("/d/shard_0.parquet: column entropy is nan at (0, 0, 1)")
+    try:
+        try:
+            raise cause
+        except InputDataError as exc:
+            raise DatasetError(f"Failed while loading data from dataset x: {exc}") from exc
+    except DatasetError as wrapped:
+        assert short_message(wrapped) == f"InputDataError: {wrapped}"
+    try:
+        try:
+            raise cause
+        except InputDataError:
+            raise RuntimeError("a node failed") from None
+    except RuntimeError as unrelated:
+        assert short_message(unrelated) is None  # `from None`: the HED error is not the cause
+    assert short_message(ValueError("library bug")) is None
+    failed = FailedNodesError({"a": "boom"}, {}, "kedro run --from-nodes a")
+    assert short_message(failed).startswith("FailedNodesError: 1 node(s) failed:")
+
+
+RUNS = {
+    "a": {"role": "with_clip", "checkpoint_root": "x", "steps": [0, 10]},
+    "b": {"role": "without_clip", "checkpoint_root": "y", "steps": [10]},
+}
+
+
+def test_token_report_steps_of_no_run_are_refused_before_generation():
+    """A copied study keeping qae_repro's token_report.steps [20, 80, 200] used to fail only in
+    build_token_report, after every shard had been generated."""
+    reporting = {**REPORTING, "fig3": {"steps": [10]}, "token_report": {"steps": [20, 80, 200]}}
+    with pytest.raises(ConfigError) as raised:
+        _run({"runs": RUNS, "reporting": reporting})
+    assert str(raised.value) == (
+        "reporting.token_report.steps [20, 80, 200] matches no step of the runs "
+        "(steps available: [0, 10]); set it to null or to existing steps"
+    )
+    # one shown step that exists is enough (the page notes the others); disabled or null: no check
+    assert _run({"runs": RUNS, "reporting": {**reporting, "token_report": {"steps": [10, 20]}}})
+    off = {"enabled": False, "steps": [20]}
+    assert _run({"runs": RUNS, "reporting": {**reporting, "token_report": off}})
+    # the study explorer's steps likewise
+    explorer = {**reporting, "token_report": {"steps": [10]}, "explorer": {"steps": [5]}}
+    with pytest.raises(ConfigError) as raised:
+        _run({"runs": RUNS, "reporting": explorer})
+    assert str(raised.value).startswith("reporting.explorer.steps [5] matches no step of the runs")
+    # a re-plot (the pipeline reads params:reporting only) is checked against the catalog's runs
+    catalog = DataCatalog(
+        {"params:runs": MemoryDataset(RUNS), "params:reporting": MemoryDataset(reporting)}
+    )
+    replot = Pipeline([Node(_identity, "params:reporting", "out", name="reads_reporting")])
+    with pytest.raises(ConfigError, match="matches no step of the runs"):
+        check_parameters(replot, catalog)
+    # steps: all are known only on disk: not checked here (the node still is)
+    catalog.save("params:runs", {**RUNS, "a": {**RUNS["a"], "steps": "all"}})
+    assert check_parameters(replot, catalog) == ["reporting"]

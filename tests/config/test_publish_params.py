@@ -1,0 +1,90 @@
+"""``params:publish`` (hed.config.publish): the schema, the shipped file, the pre-run check, and
+a data root on the Hugging Face Hub refused in one line pointing to publish."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from kedro.pipeline import Pipeline
+
+from hed.config.preflight import check_parameters
+from hed.config.publish import HubPublishParams, WandbPublishParams, publish_params
+from hed.config.sections import SECTIONS, unknown_keys
+from hed.errors import ConfigError
+from hed.hooks import _data_root
+from hed.pipelines.publish import create_pipeline
+
+from ..conftest import REPO_ROOT
+
+
+def test_the_shipped_file_lists_every_key_with_the_schema_defaults():
+    raw = yaml.safe_load((REPO_ROOT / "conf/base/parameters_publish.yml").read_text())["publish"]
+    assert unknown_keys({"publish": raw}) == []
+    assert set(raw) == set(SECTIONS["publish"])
+    assert raw["wandb"] == SECTIONS["publish.wandb"] and raw["hub"] == SECTIONS["publish.hub"]
+    checked = publish_params(raw)
+    assert checked.wandb == WandbPublishParams() and checked.hub == HubPublishParams()
+    assert checked.git_lfs is True and checked.include_records is True
+
+
+def test_a_misspelt_key_is_refused_with_the_nearest_one():
+    params = {"publish": {"wandb": {"projet": "x"}, "hub": {"repo": "a/b"}, "git_lsf": True}}
+    assert unknown_keys(params) == [
+        ("publish.wandb.projet", "publish.wandb.project"),
+        ("publish.hub.repo", "publish.hub.repo_id"),
+        ("publish.git_lsf", "publish.git_lfs"),
+    ]
+
+
+def test_the_pre_run_check_reads_the_publish_section():
+    pipeline = create_pipeline(params={"publish": {}})
+    catalog = {"params:publish": {"wandb": {"enabled": True, "project": None}}}
+    with pytest.raises(ConfigError, match=r"publish\.wandb\.project is not set"):
+        check_parameters(pipeline, _Catalog(catalog))
+    assert check_parameters(pipeline, _Catalog({"params:publish": {}})) == ["publish"]
+
+
+class _Catalog(dict):
+    def load(self, name):
+        return self[name]
+
+
+def test_the_pipeline_has_the_destination_nodes_only_when_enabled():
+    runs = {"r": {"role": "single", "checkpoint_root": "/ckpt", "steps": [0, 5]}}
+    assert {n.name for n in create_pipeline(params={"runs": runs, "publish": {}}).nodes} == {
+        "publish_artifacts"
+    }
+    both = create_pipeline(
+        params={"runs": runs, "publish": {"wandb": {"enabled": True}, "hub": {"enabled": True}}}
+    )
+    names = {n.name: n for n in both.nodes}
+    assert set(names) == {
+        "publish_artifacts",
+        "plan_study_bundle",
+        "log_study_to_wandb",
+        "commit_study_to_hub",
+    }
+    assert set(names["plan_study_bundle"].inputs) >= {
+        "r.step_0.token_records",
+        "r.step_5.sequences",
+    }
+    assert isinstance(both, Pipeline)
+    no_records = create_pipeline(
+        params={"runs": runs, "publish": {"include_records": False, "hub": {"enabled": True}}}
+    )
+    plan = next(n for n in no_records.nodes if n.name == "plan_study_bundle")
+    assert not any("step_" in name for name in plan.inputs)
+
+
+def test_an_hf_data_root_is_refused_pointing_to_publish(tmp_path):
+    context = SimpleNamespace(
+        config_loader={"globals": {"data_root": "hf://datasets/me/study"}}, project_path=tmp_path
+    )
+    with pytest.raises(ConfigError) as info:
+        _data_root(context)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("globals.data_root hf://datasets/me/study: a data root on the Hub")
+    assert "kedro run --pipelines publish" in message and "publish.hub" in message

@@ -1,0 +1,105 @@
+"""Each default lives in one place in code, conf/base writes the same values, and the pre-run
+check hands the parsed sections to the nodes."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+from kedro.io import DataCatalog, MemoryDataset
+from kedro.pipeline import Node, Pipeline
+
+from hed.analysis.rescoring import RESCORING_DEFAULTS, RescoringParams, rescoring_section
+from hed.config.params import GenerationParams, generation_params, shard_config
+from hed.config.preflight import hand_to_nodes, parsed_sections
+from hed.config.sections import SECTIONS, default
+from hed.decode.types import SamplingParams, VLLMSettings
+
+BASE = Path(__file__).resolve().parents[2] / "conf" / "base"
+
+
+def _conf(name: str) -> dict:
+    return yaml.safe_load((BASE / f"parameters_{name}.yml").read_text(encoding="utf-8"))
+
+
+def test_section_defaults_come_from_the_typed_sections():
+    sampling = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
+    assert {k: SECTIONS["generation"][k] for k in sampling} == {**sampling, "max_new_tokens": ...}
+    assert SECTIONS["generation.vllm"] == {
+        f.name: f.default for f in dataclasses.fields(VLLMSettings)
+    }
+    assert SECTIONS["rescoring"] == {**RESCORING_DEFAULTS, "reference": {}}
+    assert SECTIONS["rescoring.reference"] == {"source": "generated", "run": None, "step": None}
+    assert default("aggregation", "top_entropy_frac") == 0.2
+    assert default("rescoring", "consistency_tolerance") == 1.0e-4
+
+
+def test_conf_base_writes_the_code_defaults():
+    generation = _conf("generation")["generation"]
+    for key in ("temperature", "top_p", "top_k", "batch_size", "seed", "top_prob_k", "dtype",
+                "torch_threads", "log_every_s", "backend"):  # fmt: skip
+        assert generation[key] == SECTIONS["generation"][key], key
+    assert generation["vllm"] == SECTIONS["generation.vllm"]
+    assert _conf("rescoring")["rescoring"] == RESCORING_DEFAULTS
+    assert rescoring_section(None) == RescoringParams() == rescoring_section(RESCORING_DEFAULTS)
+
+
+GENERATION = {"num_shards": 2, "samples_per_prompt": 3, "max_new_tokens": 8, "top_k": 0}
+
+
+def test_generation_is_parsed_once_into_typed_parts():
+    parsed = generation_params({**GENERATION, "backend": "vllm", "vllm": {"max_num_seqs": 4}})
+    assert parsed.sampling == SamplingParams(max_new_tokens=8, top_k=None)
+    assert parsed.vllm == VLLMSettings(max_num_seqs=4)
+    assert (parsed.num_shards, parsed.samples_per_prompt, parsed.dtype) == (2, 3, "by_device")
+    assert GenerationParams.of(parsed) is parsed
+    assert shard_config(parsed) == (2, 3) == shard_config(GENERATION)
+    assert generation_params(GENERATION).vllm is None  # hf: engine settings not needed
+
+
+def test_the_pre_run_check_hands_parsed_sections_to_the_nodes():
+    seen = {}
+
+    def node(generation, rescoring):
+        seen.update(generation=generation, rescoring=rescoring)
+        return 1
+
+    pipeline = Pipeline(
+        [Node(node, ["params:generation", "params:rescoring"], "out", name="reads_params")]
+    )
+    catalog = DataCatalog(
+        {
+            "params:generation": MemoryDataset(GENERATION),
+            "params:rescoring": MemoryDataset({"dtype": "bfloat16"}),
+        }
+    )
+    parsed = parsed_sections(pipeline, catalog)
+    assert list(parsed) == ["generation", "rescoring"]
+    assert hand_to_nodes(catalog, parsed) == ["params:generation", "params:rescoring"]
+    generation, rescoring = catalog.load("params:generation"), catalog.load("params:rescoring")
+    assert isinstance(generation, GenerationParams) and generation.sampling.max_new_tokens == 8
+    assert isinstance(rescoring, RescoringParams) and rescoring.dtype == "bfloat16"
+    assert rescoring.batch_size == 4
+
+
+def test_the_staleness_check_compares_with_the_sampling_defaults():
+    """records/ cannot import decode/, so the shard comparison keeps its own copy of the
+    sampling defaults (records.shard_metadata.SAMPLING_DEFAULTS): it must equal the one place."""
+    from hed.records.shard_metadata import SAMPLING_DEFAULTS
+
+    fields = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
+    expected = {**{k: fields[k] for k in SAMPLING_DEFAULTS}, "max_new_tokens": None}
+    assert SAMPLING_DEFAULTS == expected
+
+
+def test_reporting_is_handed_parsed_with_the_figure_style_defaults_filled_in():
+    from hed.config.params import ReportingParams, reporting_params, reporting_section
+
+    parsed = reporting_params({"top_n_words": 5, "figure2": {"dpi": 100}})
+    assert (parsed.top_n_words, parsed.fig2_measure, parsed.strict) == (5, "count", False)
+    assert parsed.figure2 == {"panel_size": [3.5, 2.8], "dpi": 100}
+    assert parsed.figure3 == SECTIONS["reporting.figure3"] == {"panel_size": [2.6, 3.6], "dpi": 200}
+    assert ReportingParams.of(parsed) is parsed
+    # a node written for the dict still reads the section as configured
+    assert reporting_section(parsed) == {"top_n_words": 5, "figure2": {"dpi": 100}}

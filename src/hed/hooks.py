@@ -388,22 +388,24 @@ class FreshnessHooks:
 
     def __init__(self) -> None:
         self._fresh: Freshness | None = None
+        self._parameters: dict[str, Any] = {}
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
         """Refuse when a dataset the pipeline reads is stale (:meth:`Freshness.check`)."""
         self._fresh = Freshness(layout.data_root())
+        self._parameters = catalog.load("parameters")
         asked = run_params.get("pipeline_names") or []
         self._fresh.check(
             pipeline.inputs(),
-            catalog.load("parameters"),
+            self._parameters,
             lambda dataset: update_command(_producers(dataset), asked),
         )
 
     @hook_impl
-    def after_node_run(self, node: Any, inputs: dict[str, Any]) -> None:
+    def after_node_run(self, node: Any) -> None:
         if self._fresh is not None and "gpu" not in node.tags:
-            self._fresh.node_ran(node, inputs)
+            self._fresh.node_ran(node, self._parameters)
 
     @hook_impl
     def after_dataset_saved(self, dataset_name: str, node: Any) -> None:

@@ -93,7 +93,7 @@ def test_check_compares_the_record_with_the_current_parameters(tmp_path):
         inputs = ("params:aggregation", "upstream")
         outputs = ("table",)
 
-    fresh.node_ran(_Node, {"params:aggregation": {"top_entropy_frac": 0.2}})
+    fresh.node_ran(_Node, {"aggregation": {"top_entropy_frac": 0.2}})
     fresh.saved("table")
     later = Freshness(str(tmp_path))
     later.check(["table"], {"aggregation": {"top_entropy_frac": 0.2}}, lambda d: "kedro run")

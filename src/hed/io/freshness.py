@@ -120,12 +120,22 @@ class Freshness:
         except (FileNotFoundError, OSError, ValueError, KeyError, TypeError):
             return None
 
-    def node_ran(self, node: Any, inputs: Mapping[str, Any]) -> None:
-        """Note what each of ``node``'s outputs was computed from (kept until saved)."""
+    def node_ran(self, node: Any, parameters: Mapping[str, Any]) -> None:
+        """Note what each of ``node``'s outputs was computed from (kept until saved).
+
+        Args:
+            node: the Kedro node that ran (its ``inputs`` and ``outputs`` names).
+            parameters: the run's raw parameters (Kedro's ``parameters``): a ``params:x.y``
+                input is recorded from there, as configured (nodes may get a typed section).
+        """
         computed: dict[str, Any] = {}
         for name in node.inputs:
             if name.startswith("params:"):
-                computed.update(flatten(name.removeprefix("params:"), inputs.get(name)))
+                path = name.removeprefix("params:")
+                value: Any = parameters
+                for part in path.split("."):
+                    value = value.get(part) if isinstance(value, Mapping) else None
+                computed.update(flatten(path, value))
             else:
                 computed.update(self.load(name) or {})
         with self._lock:

@@ -28,7 +28,10 @@ logger = logging.getLogger(__name__)
 
 
 def read_response_table(
-    records: ds.Dataset, keys: Sequence[tuple[int, int]], max_tokens: int
+    records: ds.Dataset,
+    keys: Sequence[tuple[int, int]],
+    max_tokens: int,
+    columns: Sequence[str] = RECORD_COLUMNS,
 ) -> pa.Table:
     """The merged records of the responses ``keys``, their first ``max_tokens`` positions only.
 
@@ -40,10 +43,11 @@ def read_response_table(
         records: one step's merged token records (lazy, ``ArrowParquetDataset.load()``).
         keys: (prompt_index, sample_index) pairs.
         max_tokens: positions kept per response.
+        columns: record columns to read (must hold prompt_index, sample_index, position).
 
     Returns:
-        An Arrow table of :data:`RECORD_COLUMNS`, sorted by (prompt_index, sample_index,
-        position).
+        An Arrow table of ``columns`` (default :data:`RECORD_COLUMNS`), sorted by
+        (prompt_index, sample_index, position).
     """
     prompts = sorted({int(p) for p, _ in keys})
     samples = sorted({int(s) for _, s in keys})
@@ -52,7 +56,7 @@ def read_response_table(
         & pc.field("sample_index").isin(pa.array(samples, pa.int16()))
         & (pc.field("position") < max_tokens)
     )
-    table = records.to_table(columns=RECORD_COLUMNS, filter=expr)
+    table = records.to_table(columns=list(columns), filter=expr)
     pair = np.asarray(table["prompt_index"]).astype(np.int64) << 16 | np.asarray(
         table["sample_index"]
     ).astype(np.int64)

@@ -25,7 +25,8 @@ warnings.filterwarnings("ignore", message=r"The node producing outputs .* 'parti
 
 # AtomicWritesHooks: every local file a dataset of the run writes appears only when complete
 # (temporary file + rename); fsspec's `file` protocol is not replaced for other libraries.
-HOOKS = (ProjectHooks(), ProvenanceHooks(), ShardPartsHooks(), AtomicWritesHooks())
+# Registered first, so pluggy calls its before_pipeline_run last: after ProjectHooks' checks.
+HOOKS = (AtomicWritesHooks(), ProjectHooks(), ProvenanceHooks(), ShardPartsHooks())
 
 # parameters merge key by key: an environment or --params changes only the keys it names
 CONFIG_LOADER_CLASS = HEDConfigLoader

@@ -26,7 +26,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from hed.core.entropy import token_distribution_stats, token_logprobs
+from hed.core.entropy import token_logprobs
+from hed.core.fused_stats import DistributionStats
 from hed.decode.types import SamplingParams
 
 
@@ -44,6 +45,7 @@ class DecodeRecorder(LogitsProcessor):
         top_prob_k: how many most probable tokens to keep per step.
         on_tokens: called after each step with that step's sampled tokens ``(B,)`` (on the
             device); :func:`generate_sequences` counts generated tokens with it for progress.
+        stats_kernel: route of the statistics (:class:`hed.core.fused_stats.DistributionStats`).
     """
 
     def __init__(
@@ -51,7 +53,9 @@ class DecodeRecorder(LogitsProcessor):
         temperature: float = 1.0,
         top_prob_k: int = 5,
         on_tokens: Callable[[torch.Tensor], None] | None = None,
+        stats_kernel: str = "auto",
     ):
+        self.stats = DistributionStats(stats_kernel)
         self.temperature = temperature
         self.top_prob_k = top_prob_k
         self.on_tokens = on_tokens
@@ -64,9 +68,7 @@ class DecodeRecorder(LogitsProcessor):
         self._log_z: torch.Tensor | None = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        stats = token_distribution_stats(
-            scores, self.temperature, self.top_prob_k, check_finite=False
-        )
+        stats = self.stats(scores, self.temperature, self.top_prob_k)
         self.entropy.append(stats.entropy)
         self.topk_ids.append(stats.topk_ids.to(torch.int32))
         self.topk_probs.append(stats.topk_probs)
@@ -152,7 +154,7 @@ def build_logits_processors(
 
     ``on_tokens`` is the recorder's per-step callback (:class:`DecodeRecorder`).
     """
-    recorder = DecodeRecorder(params.temperature, params.top_prob_k, on_tokens)
+    recorder = DecodeRecorder(params.temperature, params.top_prob_k, on_tokens, params.stats_kernel)
     processors: list[LogitsProcessor] = [recorder]
     if params.temperature != 1.0:
         processors.append(TemperatureLogitsWarper(params.temperature))

@@ -27,6 +27,7 @@ from typing import Any
 import fsspec
 
 from hed.errors import ConfigError
+from hed.records.atomic_io import atomic_path
 
 #: Parameter keys (and key prefixes) that change how fast or in what pieces a result is
 #: computed, never its values: a change of these does not make data stale.
@@ -147,10 +148,15 @@ class Freshness:
         computed = self._in_run.get(dataset)
         if computed is None:
             return
-        fs, _ = fsspec.core.url_to_fs(self._folder)
-        fs.makedirs(self._folder, exist_ok=True)
         text = json.dumps({"dataset": dataset, "computed_from": computed}, default=str, indent=1)
-        with fsspec.open(self.record_path(dataset), "w", encoding="utf-8") as handle:
+        target = self.record_path(dataset)
+        if "://" not in target:  # a local data root: temporary file + rename
+            with atomic_path(target) as temp:
+                Path(temp).write_text(text, encoding="utf-8")
+            return
+        fs, _ = fsspec.core.url_to_fs(self._folder)  # object stores upload a whole object
+        fs.makedirs(self._folder, exist_ok=True)
+        with fsspec.open(target, "w", encoding="utf-8") as handle:
             handle.write(text)
 
     def check(self, reads: Iterable[str], parameters: Mapping[str, Any], producers: Any) -> None:

@@ -9,7 +9,7 @@ per pipeline: wall seconds, the load average before and after, the seconds of it
 Run it under the machine's heavy-work lock, on a machine that is otherwise idle if possible::
 
     flock /tmp/hed-heavy.lock python bench/pipeline_time.py
-    python bench/pipeline_time.py --pipelines generation aggregation rescoring --keep /tmp/demo
+    python bench/pipeline_time.py --pipelines generation rescoring --params prompts.num_prompts=8
 
 The converted model must be in ``.pytest_cache/hed_models/smollm2`` (any test that uses the
 ``smollm2_dir`` fixture makes it).
@@ -59,6 +59,9 @@ def main() -> None:
         "--pipelines", nargs="+", default=["generation", "aggregation", "rescoring"]
     )
     parser.add_argument("--model", type=Path, default=MODEL, help="the converted SmolLM2 folder")
+    parser.add_argument(
+        "--params", default="", help="passed to every run, e.g. prompts.num_prompts=8"
+    )
     parser.add_argument("--keep", type=Path, help="make the project copy here and keep it")
     args = parser.parse_args()
     if not args.model.is_dir():
@@ -74,7 +77,9 @@ def main() -> None:
             before = load_average()
             start = time.perf_counter()
             done = subprocess.run(
-                kedro_command("run", "--pipelines", name),
+                kedro_command(
+                    "run", "--pipelines", name, *(["--params", args.params] if args.params else [])
+                ),
                 cwd=project,
                 env=env,
                 capture_output=True,

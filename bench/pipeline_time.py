@@ -96,6 +96,9 @@ def main() -> None:
             )
             for node, sec in slowest[:6]:
                 print(f"    {sec:6.0f} s  {node}", flush=True)
+            for line in (done.stdout + done.stderr).splitlines():  # decode and re-score rates
+                if re.search(r"generated \d+ sequence|re-scored \d+ responses", line):
+                    print(f"    {line.split(': ', 1)[-1]}", flush=True)
             if done.returncode:
                 print((done.stdout + done.stderr)[-3000:])
                 sys.exit(done.returncode)

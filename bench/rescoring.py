@@ -126,8 +126,8 @@ def measure(method: str, length: int, chunk: int) -> dict:
 def speed(n_prompts: int, samples: int, max_new_tokens: int) -> None:
     import numpy as np
 
-    from hed.decode.backend import open_backend
     from hed.decode.embedded import ensure_embedded_checkpoint
+    from hed.decode.factory import open_backend
     from hed.decode.teacher_forced import compare_scores, score_responses
     from hed.decode.types import PromptInput, ResponseToScore, SamplingParams
 

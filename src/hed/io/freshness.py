@@ -44,6 +44,10 @@ NOT_AFFECTING = (
     "rescoring.torch_threads",
     "mini_rl.torch_threads",
 )
+#: Datasets whose staleness aggregation's shard checks own (docs/running.md, staleness): the
+#: shards record their generation parameters, compared with the current ones per shard, with a
+#: message naming the shard; ``prompts`` and ``checkpoints`` are reused by design.
+CHECKED_ELSEWHERE = ("prompts", "checkpoints")
 #: Sidecar folder under the data root.
 FOLDER = ".hed_computed_from"
 #: Keys whose value is a file HED reads outside the catalog (pass@1 CSV, W&B offline run).
@@ -176,7 +180,7 @@ class Freshness:
         for section, value in parameters.items():
             current.update(flatten(str(section), value))
         for dataset in sorted(reads):
-            if dataset.startswith("params:") or dataset == "parameters":
+            if dataset.startswith("params:") or dataset in ("parameters", *CHECKED_ELSEWHERE):
                 continue
             recorded = self.load(dataset)
             if not recorded:

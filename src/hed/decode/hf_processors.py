@@ -5,6 +5,7 @@ transformers ``generate`` (that module's docstring explains the order and why th
 sees the raw logits):
 
     DecodeRecorder           sees z: entropy, log Z, top-k of softmax(z / T) -> O(k) numbers
+                             (+ the lexicon's word-start mass, hed.core.propensity)
     TemperatureLogitsWarper  z / T                        (only when T != 1)
     TopKLogitsWarper         others -> -inf               (only when top_k is set)
     TopPLogitsWarper         outside the nucleus -> -inf  (only when top_p < 1)
@@ -14,7 +15,7 @@ sees the raw logits):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -27,6 +28,7 @@ from transformers import (
 )
 
 from hed.core.entropy import token_distribution_stats, token_logprobs
+from hed.core.propensity import category_mass
 from hed.decode.types import SamplingParams
 
 
@@ -44,6 +46,10 @@ class DecodeRecorder(LogitsProcessor):
         top_prob_k: how many most probable tokens to keep per step.
         on_tokens: called after each step with that step's sampled tokens ``(B,)`` (on the
             device); :func:`generate_sequences` counts generated tokens with it for progress.
+        mass_ids: {category: int64 word-start ids} (:func:`hed.core.propensity.
+            tokenizer_word_start_ids`); when given, each step also appends
+            ``<category>_mass`` ``(B,)`` float32 = Σ softmax(z / T) over those ids
+            (:func:`hed.core.propensity.category_mass`, O(B · n_ids)).
     """
 
     def __init__(
@@ -51,10 +57,15 @@ class DecodeRecorder(LogitsProcessor):
         temperature: float = 1.0,
         top_prob_k: int = 5,
         on_tokens: Callable[[torch.Tensor], None] | None = None,
+        mass_ids: Mapping[str, np.ndarray] | None = None,
     ):
         self.temperature = temperature
         self.top_prob_k = top_prob_k
         self.on_tokens = on_tokens
+        self.mass_ids = {
+            c: torch.as_tensor(np.asarray(i, np.int64)) for c, i in (mass_ids or {}).items()
+        }
+        self.mass: dict[str, list[torch.Tensor]] = {c: [] for c in self.mass_ids}
         self.entropy: list[torch.Tensor] = []
         self.topk_ids: list[torch.Tensor] = []
         self.topk_probs: list[torch.Tensor] = []
@@ -70,6 +81,9 @@ class DecodeRecorder(LogitsProcessor):
         self.entropy.append(stats.entropy)
         self.topk_ids.append(stats.topk_ids.to(torch.int32))
         self.topk_probs.append(stats.topk_probs)
+        for category in self.mass_ids:  # .to() is a no-op once the ids are on the device
+            ids = self.mass_ids[category] = self.mass_ids[category].to(scores.device)
+            self.mass[category].append(category_mass(scores, stats.log_z, ids, self.temperature))
         self._logits, self._log_z = scores, stats.log_z
         return scores
 
@@ -97,6 +111,7 @@ class DecodeRecorder(LogitsProcessor):
             *self.topk_probs,
             *self.tokens,
             *self.logprob,
+            *(t for values in self.mass.values() for t in values),
             *pending,
         ]
 
@@ -109,6 +124,7 @@ class DecodeRecorder(LogitsProcessor):
             "token_ids": self.tokens,
             "topk_token_ids": self.topk_ids,
             "topk_probs": self.topk_probs,
+            **{f"{category}_mass": values for category, values in self.mass.items()},
         }
         return {name: torch.stack(values[:steps]).cpu().numpy() for name, values in columns.items()}
 
@@ -147,12 +163,13 @@ def build_logits_processors(
     params: SamplingParams,
     generators: Sequence[torch.Generator],
     on_tokens: Callable[[torch.Tensor], None] | None = None,
+    mass_ids: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[LogitsProcessorList, DecodeRecorder]:
     """The processor list described in the module docstring, and its recorder.
 
-    ``on_tokens`` is the recorder's per-step callback (:class:`DecodeRecorder`).
+    ``on_tokens`` and ``mass_ids`` go to the recorder (:class:`DecodeRecorder`).
     """
-    recorder = DecodeRecorder(params.temperature, params.top_prob_k, on_tokens)
+    recorder = DecodeRecorder(params.temperature, params.top_prob_k, on_tokens, mass_ids)
     processors: list[LogitsProcessor] = [recorder]
     if params.temperature != 1.0:
         processors.append(TemperatureLogitsWarper(params.temperature))

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from hed.errors import ConfigError
-from hed.records.sequence import FINISH_EOS, FINISH_LENGTH, GeneratedSequence
+from hed.records.sequence import FINISH_EOS, FINISH_LENGTH, MASS_COLUMNS, GeneratedSequence
 
 #: ``top_k`` values that mean "no top-k filter": transformers/TRL write 0, vLLM/verl -1.
 TOP_K_OFF = (None, 0, -1)
@@ -233,6 +233,7 @@ __all__ = [
     "CONSISTENCY_TOLERANCE_NATS",
     "FINISH_EOS",
     "FINISH_LENGTH",
+    "MASS_COLUMNS",
     "TOP_K_OFF",
     "GeneratedSequence",
     "PromptInput",

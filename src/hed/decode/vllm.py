@@ -45,6 +45,7 @@ from hed.decode.loading import eos_token_ids_of, load_tokenizer
 from hed.decode.types import (
     FINISH_EOS,
     FINISH_LENGTH,
+    MASS_COLUMNS,
     GeneratedSequence,
     PromptInput,
     SamplingParams,
@@ -121,8 +122,12 @@ class RecordingEngine:
         encoded: dict[int, list[int]] | None = None,
         *,
         skip: set[tuple[int, int]] | None = None,
+        mass_ids: dict[str, np.ndarray] | None = None,
     ) -> Iterator[GeneratedSequence]:
         """Sample and record, as :meth:`VLLMBackend.generate` (which see).
+
+        ``mass_ids``: {category: word-start ids} whose mass the sink records
+        (:class:`hed.decode.vllm_processor.RecordSink`); None: no mass columns.
 
         ``tokenizer`` may be None when ``encoded`` (prompt_index -> prompt token ids) is
         given; the sequences then have no token texts (benchmarks of dummy models).
@@ -132,7 +137,7 @@ class RecordingEngine:
         if encoded is None:
             encoded = encode_prompts(tokenizer, prompts)
         pairs = sequence_pairs(prompts, samples_per_prompt, skip or ())
-        sink = RecordSink(params.temperature, params.top_prob_k)
+        sink = RecordSink(params.temperature, params.top_prob_k, mass_ids=mass_ids)
         if self.processor_class is not None:
             self.processor_class.sink = sink
         engine = self.llm.llm_engine
@@ -228,6 +233,7 @@ def _sequence(
         logprob=logprob.astype(np.float32),
         topk_token_ids=records["topk_token_ids"],
         topk_probs=records["topk_probs"],
+        **{name: records[name] for name in MASS_COLUMNS if name in records},
         token_texts=[],
         response_text="",
         finish_reason=finish_reason,
@@ -314,6 +320,7 @@ class VLLMBackend(DecodingBackend):
                 progress,
                 encoded,
                 skip=skip,
+                mass_ids=self.mass_ids,
             )
         finally:
             engine.close()

@@ -94,6 +94,11 @@ def parse_args() -> argparse.Namespace:
         "--memory-steps", type=int, default=None, help="default: 4096 on CUDA, 512 on CPU"
     )
     parser.add_argument("--memory-vocab", type=int, default=151_936)
+    parser.add_argument(
+        "--stats-kernel",
+        default="auto",
+        help="generation.stats_kernel of HED's recorder: auto, reference, triton or compiled",
+    )
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument(
@@ -191,6 +196,7 @@ def run_hed(backend: HFBackend, prompts, args) -> tuple[Stopwatch, int]:
         top_prob_k=args.top_prob_k,
         seed=args.seed,
         batch_size=len(prompts),
+        stats_kernel=args.stats_kernel,
     )
     with Stopwatch(args.device) as watch:
         records = list(backend.generate(prompts, 1, params))
@@ -205,7 +211,7 @@ def bench_speed(args) -> None:
     print(
         f"speed: {model_dir} on {args.device} ({model.dtype}), batch {args.batch_size} x "
         f"{args.new_tokens} new tokens, T={args.temperature}, top_k off, top_p 1.0, "
-        f"{torch.get_num_threads()} CPU threads"
+        f"{torch.get_num_threads()} CPU threads, stats_kernel {args.stats_kernel}"
     )
     run_plain(backend, prompts, args)  # warm-up
     run_hed(backend, prompts, args)

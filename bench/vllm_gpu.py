@@ -1,38 +1,43 @@
 """GPU benchmark of the vllm backend on a Qwen3-8B-shaped model with random weights.
 
-One command, one GPU (H200-class: about 6-8 minutes)::
+One command on a user's GPU node (one GPU; an H200 takes about 6-8 minutes)::
 
-    python bench/vllm_gpu.py                 # Qwen3-8B shape, batch 64 x 2,048 tokens, bf16
-    python bench/vllm_gpu.py --tiny --device cpu   # a 2-layer smoke run of this script on CPU
+    python bench/vllm_gpu.py                 # Qwen3-8B shape, batch 64, up to 2,048 tokens, bf16
+    OUT=results/vllm_gpu python bench/vllm_gpu.py    # also keeps every figure in a JSON file
+    python bench/vllm_gpu.py --tiny --device cpu     # a 2-layer smoke run of this script on CPU
 
 Wheels: ``pip install torch`` (CUDA build) then ``pip install -e ".[vllm]"`` (vLLM 0.32 for
-CUDA; it brings flash-attn / Triton), ``transformers`` as vLLM pins it. Nothing is
-downloaded: the model is ``Qwen3ForCausalLM(config)`` built on the GPU with transformers'
-seeded random initialisation (normal(0, 0.02), RMSNorm weights 1; ``lm_head`` scaled so
-that the logits have a standard deviation of about ``--logit-std``, 4, for peaked, varied
-next-token distributions instead of near-uniform ones) and saved once as
-safetensors into a temporary folder, which vLLM loads (no tokenizer: ``skip_tokenizer_init``);
-prompts are random token ids.
+CUDA). Nothing is downloaded: the model is ``Qwen3ForCausalLM(config)`` built on the GPU with
+transformers' seeded random initialisation (``lm_head`` scaled so that the logits have a
+standard deviation of about ``--logit-std``, 4: peaked, varied distributions rather than
+near-uniform ones), saved as safetensors into a temporary folder that vLLM loads (no
+tokenizer: ``skip_tokenizer_init``) and that is removed at the end, whatever happens; prompts
+are random token ids. The HF model is moved to host memory before any engine starts.
 
-What it measures, on the same prompts, seeds and settings (EOS off: every response has
-exactly ``--new-tokens`` tokens):
+Every request has its own ``max_tokens``, drawn between half of ``--new-tokens`` and
+``--new-tokens``, so requests finish on different steps (EOS is off). Each figure is printed
+as one JSON line as soon as it is measured (flushed) and, when ``$OUT`` is set, the whole set
+is rewritten to ``$OUT/vllm_gpu.json``: a run killed at its limit keeps what it measured.
 
-1. plain vLLM: an engine without HED's processor, no logprobs;
-2. vLLM + HED's recorder (``hed.decode.vllm.RecordingEngine``: processor, raw-logit logprob,
-   records; no token text, the dummy model has no tokenizer); the same engine also runs the
-   requests without HED's key, alternated, for a same-engine ratio;
-3. HF ``generate`` + HED's recording (``hed.decode.hf.generate_sequences``), the model from
-   ``Qwen3ForCausalLM(config)`` on the GPU with the engine's weights.
+Phases, in order:
 
-Why not vLLM's ``load_format="dummy"`` by default: its weights are uniform in ±1e-3, so every
-next-token distribution is near-uniform (entropy ≈ log V) and a wrong row or position would
-go unnoticed; and the check needs the same weights in HF (vLLM's CPU backend even repacks its
-linear weights, so they cannot be read back). ``--dummy`` runs the speed part on dummy
-weights (no save, no check). The check: ``--check-sequences`` responses of the recorded run
-are re-scored teacher-forced by the HF model in float32 (same weights); it prints the largest
-and median |difference| of entropy and log-prob (the engine computes in ``--dtype``, so bf16
-rounding of activations shows up here; a wrong row / position mapping would show up as
-differences of whole nats).
+1. ``plain_tokens_per_s``: vLLM without HED's processor, no logprobs.
+2. ``inert_tokens_per_s`` / ``recorder_tokens_per_s``: one engine with HED's processor
+   registered (:class:`hed.decode.vllm.RecordingEngine`), alternating requests without HED's
+   key (registered, recording nothing) and recorded runs (records, raw-logit logprobs; no
+   token text). ``recorder_over_plain`` is the cost of recording as a user pays it (target
+   >= 0.97); ``recorder_over_inert`` the recorder's own work.
+3. ``check_*``: exactness inside the engine. ``logprobs=k`` requests (the engine's
+   ``logprobs_mode="raw_logits"``) return vLLM's own top-k raw logits ``z`` of every step next
+   to HED's records of the same steps: ``check_topk_logprob_max_abs_diff`` is the largest
+   ``|log p_HED - (z / T - log Z_HED)|`` over the top-k (nats, passes at <= 1e-5,
+   ``check_pass``), with the share of positions whose k ids agree. Same engine, same logits:
+   a row or position mapping error would show as whole nats, bf16 noise cannot.
+4. ``hf_tokens_per_s``: HF ``generate`` with HED's recording (``--skip-hf`` to leave out).
+
+After each engine closes, ``gpu_free_gib_after_<phase>`` is the GPU memory free (CUDA's
+``mem_get_info``), so memory an engine kept would show. ``--repeats`` (default 1) repeats
+the timed runs of phases 1-2 after one warm-up run each.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -85,13 +92,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=2048)
     parser.add_argument("--prompt-len", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-prob-k", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dummy", action="store_true", help="vLLM dummy weights, no check")
+    parser.add_argument("--out", type=Path, default=None, help="JSON folder (default: $OUT)")
     parser.add_argument("--logit-std", type=float, default=4.0, help="scales lm_head")
-    parser.add_argument("--check-sequences", type=int, default=4)
+    parser.add_argument("--check-sequences", type=int, default=8)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     parser.add_argument("--kv-cache-mib", type=int, default=512, help="CPU only")
     parser.add_argument("--skip-plain-engine", action="store_true")
@@ -141,26 +149,105 @@ def timed(device: str, fn):
     return time.perf_counter() - started, result
 
 
-def rescore(model, prompt_ids: list[int], token_ids: np.ndarray, temperature: float, device):
-    full = torch.tensor([[*prompt_ids, *token_ids.tolist()]], device=device)
-    with torch.no_grad():
-        logits = model(full).logits[0, len(prompt_ids) - 1 : -1].double() / temperature
-    log_p = torch.log_softmax(logits, dim=-1)
-    p = log_p.exp()
-    tokens = torch.tensor(token_ids, dtype=torch.long, device=device)
-    return (
-        -(p * log_p).sum(-1).cpu().numpy(),
-        log_p.gather(-1, tokens[:, None])[:, 0].cpu().numpy(),
-    )
+class Report:
+    """Figures printed as JSON lines when measured, and kept in ``<out>/vllm_gpu.json``."""
+
+    def __init__(self, out: Path | None) -> None:
+        self.figures: dict[str, object] = {}
+        self.path = out / "vllm_gpu.json" if out else None
+        self.started = time.perf_counter()
+
+    def __call__(self, name: str, value: object) -> None:
+        self.figures[name] = value
+        print(json.dumps({"t_s": round(time.perf_counter() - self.started, 1), name: value}),
+              flush=True)  # fmt: skip
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps(self.figures, indent=1))
+
+
+def gpu_free_gib(device: str) -> float | None:
+    """Free GPU memory in GiB after a collection (None on CPU)."""
+    gc.collect()
+    if not device.startswith("cuda"):
+        return None
+    torch.cuda.empty_cache()
+    free, _total = torch.cuda.mem_get_info()
+    return round(free / 2**30, 2)
+
+
+def check_in_engine(arguments, prompts, encoded, params, *, limits, args, vllm) -> dict:
+    """HED's records vs vLLM's own top-k raw logits of the same engine steps."""
+    from hed.decode.vllm_processor import RecordSink
+
+    k = args.top_prob_k
+    engine = RecordingEngine({**arguments, "max_logprobs": k}, record=True)  # raw_logits
+    sink = RecordSink(params.temperature, k)
+    engine.processor_class.sink = sink
+    core = engine.llm.llm_engine
+    chosen = prompts[: args.check_sequences]
+    try:
+        for key, prompt in enumerate(chosen):
+            request = sampling_request(
+                vllm,
+                params,
+                seed=sequence_seed(args.seed, prompt.prompt_id, 0),
+                key=key,
+                eos=[],
+                max_tokens=limits[(prompt.prompt_index, 0)],
+            )
+            request.logprobs = k
+            core.add_request(str(key), {"prompt_token_ids": encoded[prompt.prompt_index]}, request)
+        finished = []
+        while core.has_unfinished_requests():
+            finished += [out for out in core.step() if out.finished]
+        sink.flush()
+        worst, equal, total = 0.0, 0, 0
+        for out in finished:
+            (completion,) = out.outputs
+            records = sink.take(int(out.request_id), len(completion.token_ids))
+            hed_logprobs = np.log(records["topk_probs"].astype(np.float64))  # (n, k)
+            log_z = records["log_z"].astype(np.float64)  # (n,)
+            for position, entry in enumerate(completion.logprobs):
+                ranked = sorted((lp.rank, token, lp.logprob) for token, lp in entry.items())
+                top = [(token, raw) for rank, token, raw in ranked if rank <= k][:k]  # z
+                ids = [token for token, _ in top]
+                equal += int(ids == records["topk_token_ids"][position].tolist())
+                total += 1
+                for j, (token, raw) in enumerate(top):
+                    if token == records["topk_token_ids"][position][j]:
+                        vllm_logprob = np.float32(raw) / np.float32(params.temperature)
+                        expected = float(vllm_logprob) - log_z[position]
+                        worst = max(worst, abs(expected - hed_logprobs[position][j]))
+    finally:
+        engine.processor_class.sink = None
+        engine.close()
+    return {
+        "check_positions": total,
+        "check_topk_logprob_max_abs_diff": worst,
+        "check_topk_ids_equal_share": round(equal / max(total, 1), 4),
+        "check_pass": bool(total and worst <= 1e-5),
+    }
 
 
 def main() -> None:
     args = parse_args()
+    out = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
+    report = Report(out)
     vllm = import_vllm()
+    shape = TINY if args.tiny else QWEN3_8B
+    folder = Path(tempfile.mkdtemp(prefix="hed_qwen3_"))
+    try:
+        run_phases(args, report, vllm, shape, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # a Qwen3-8B checkpoint is 16 GB
+        report("checkpoint_removed", not folder.exists())
+
+
+def run_phases(args, report, vllm, shape: dict, folder: Path) -> None:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    shape = TINY if args.tiny else QWEN3_8B
-    folder = write_config(Path(tempfile.mkdtemp(prefix="hed_qwen3_")), shape)
+    write_config(folder, shape)
     started = time.perf_counter()
     torch.manual_seed(args.seed)
     with torch.device(args.device):
@@ -170,7 +257,9 @@ def main() -> None:
     model = model.to(getattr(torch, args.dtype)).eval()
     if not args.dummy:
         model.save_pretrained(folder)  # safetensors: vLLM loads exactly these weights
-    print(f"model built (and saved) in {time.perf_counter() - started:.0f} s")
+    model = model.to("cpu")  # off the GPU before any engine starts
+    report("model_built_s", round(time.perf_counter() - started, 1))
+    report("gpu_free_gib_before_engines", gpu_free_gib(args.device))
     rng = np.random.default_rng(args.seed)
     prompts = [
         PromptInput(prompt_index=i, prompt_id=f"gpu{i}", text="") for i in range(args.batch_size)
@@ -179,6 +268,11 @@ def main() -> None:
         p.prompt_index: rng.integers(0, shape["vocab_size"], args.prompt_len).tolist()
         for p in prompts
     }
+    low = max(1, args.new_tokens // 2)
+    limits = {
+        (p.prompt_index, 0): int(rng.integers(low, args.new_tokens + 1)) for p in prompts
+    }  # fmt: skip
+    expected = sum(limits.values())
     params = SamplingParams(
         temperature=args.temperature,
         max_new_tokens=args.new_tokens,
@@ -186,7 +280,6 @@ def main() -> None:
         seed=args.seed,
         batch_size=args.batch_size,
     )
-    expected = args.batch_size * args.new_tokens
     on_cpu = not args.device.startswith("cuda")
     settings = VLLMSettings(
         gpu_memory_utilization=args.gpu_memory_utilization,
@@ -203,27 +296,38 @@ def main() -> None:
     )
     if args.dummy:
         arguments["load_format"] = "dummy"
-    print(
-        f"vllm_gpu: {'tiny' if args.tiny else 'Qwen3-8B'}-shaped random weights {shape}, "
-        f"{args.dtype} on {args.device}, batch {args.batch_size} x {args.new_tokens} tokens "
-        f"(prompts {args.prompt_len}), T={args.temperature}; vLLM {vllm.__version__}"
+    report(
+        "setup",
+        {
+            "shape": "tiny" if args.tiny else "Qwen3-8B",
+            "dtype": args.dtype,
+            "device": args.device,
+            "batch": args.batch_size,
+            "max_tokens": [low, args.new_tokens],
+            "tokens_per_run": expected,
+            "temperature": args.temperature,
+            "vllm": vllm.__version__,
+        },
     )
 
     def plain_run(engine):
-        requests = []
+        requests, inputs = [], []
         for p in prompts:
             seed = sequence_seed(args.seed, p.prompt_id, 0)
-            request = sampling_request(vllm, params, seed=seed, key=0, eos=[])
+            request = sampling_request(
+                vllm, params, seed=seed, key=0, eos=[], max_tokens=limits[(p.prompt_index, 0)]
+            )
             request.logprobs, request.extra_args = None, None
             requests.append(request)
-        inputs = [{"prompt_token_ids": encoded[p.prompt_index]} for p in prompts]
+            inputs.append({"prompt_token_ids": encoded[p.prompt_index]})
         outputs = engine.llm.generate(inputs, requests, use_tqdm=False)
         return sum(len(o.outputs[0].token_ids) for o in outputs)
 
     def recorded_run(engine):
-        return list(engine.run(None, prompts, 1, params, [], encoded=encoded))
+        return list(engine.run(None, prompts, 1, params, [], encoded=encoded, max_tokens=limits))
 
-    rates: dict[str, list[float]] = {"plain": [], "inert": [], "recorder": [], "hf": []}
+    median = statistics.median
+    rates: dict[str, list[float]] = {"plain": [], "inert": [], "recorder": []}
     if not args.skip_plain_engine:
         engine = RecordingEngine(arguments, record=False)
         try:
@@ -234,7 +338,8 @@ def main() -> None:
                     rates["plain"].append(tokens / seconds)
         finally:
             engine.close()
-    same_engine: list[float] = []
+        report("plain_tokens_per_s", round(median(rates["plain"]), 1))
+        report("gpu_free_gib_after_plain", gpu_free_gib(args.device))
     engine = RecordingEngine(arguments, record=True)
     try:
         for repeat in range(args.repeats + 1):
@@ -245,70 +350,52 @@ def main() -> None:
             if repeat:
                 rates["inert"].append(expected / inert_s)
                 rates["recorder"].append(expected / rec_s)
-                same_engine.append(inert_s / rec_s)
     finally:
         engine.close()
-    gc.collect()
-
-    if not args.skip_hf:
-        tokens_of = {p.prompt_index: encoded[p.prompt_index] for p in prompts}
-
-        class _Ids:  # the HF path encodes text; hand it the random ids instead
-            pad_token_id = 0
-
-            def __call__(self, text, add_special_tokens=False):
-                return {"input_ids": tokens_of[int(text)]}
-
-        hf_prompts = [
-            PromptInput(p.prompt_index, p.prompt_id, str(p.prompt_index)) for p in prompts
-        ]
-        from hed.decode import hf as recording
-
-        saved = recording.token_texts_batch
-        recording.token_texts_batch = lambda _tok, ids: [[] for _ in ids]  # no tokenizer
-        try:
-            seconds, out = timed(
-                args.device,
-                lambda: list(generate_sequences(model, _Ids(), hf_prompts, 1, params, [])),
-            )
-        finally:
-            recording.token_texts_batch = saved
-        assert sum(s.n_tokens for s in out) == expected
-        rates["hf"].append(expected / seconds)
-
-    if not args.dummy:
-        model = model.to(torch.float32)
-        check = sorted(sequences, key=lambda s: s.prompt_index)[: args.check_sequences]
-        entropy_err, logprob_err = [], []
-        for seq in check:
-            entropy, logprob = rescore(
-                model, encoded[seq.prompt_index], seq.token_ids, args.temperature, args.device
-            )
-            entropy_err.append(np.abs(seq.entropy - entropy))
-            logprob_err.append(np.abs(seq.logprob - logprob))
-        entropy_err, logprob_err = np.concatenate(entropy_err), np.concatenate(logprob_err)
-        mean_entropy = float(np.mean(np.concatenate([s.entropy for s in check])))
-        print(
-            f"check vs fp32 teacher-forced re-score ({len(check)} sequences, "
-            f"{len(entropy_err)} positions, mean entropy {mean_entropy:.3f} nats): entropy "
-            f"|diff| max {entropy_err.max():.2e} median {np.median(entropy_err):.2e}; logprob "
-            f"|diff| max {logprob_err.max():.2e} median {np.median(logprob_err):.2e}"
-        )
-    median = statistics.median
-
-    def show(name: str) -> str:
-        return f"{median(rates[name]):9.1f} tok/s" if rates[name] else "  not run"
-
-    print(f"  plain vLLM (no processor)           {show('plain')}")
-    print(f"  vLLM, processor registered, unused  {show('inert')}")
-    print(f"  vLLM + HED recorder                 {show('recorder')}")
-    print(f"  HF generate + HED recording         {show('hf')}")
-    recorder = median(rates["recorder"])
+    report("inert_tokens_per_s", round(median(rates["inert"]), 1))
+    report("recorder_tokens_per_s", round(median(rates["recorder"]), 1))
+    report("recorder_over_inert", round(median(rates["recorder"]) / median(rates["inert"]), 4))
     if rates["plain"]:
-        print(f"  recorder / plain {recorder / median(rates['plain']):.3f} (target >= 0.97)")
-    print(f"  recorder / same engine unused {median(same_engine):.3f}")
-    if rates["hf"]:
-        print(f"  vLLM+recorder / HF {recorder / median(rates['hf']):.2f}")
+        ratio = median(rates["recorder"]) / median(rates["plain"])
+        report("recorder_over_plain", round(ratio, 4))
+    report("gpu_free_gib_after_recorder", gpu_free_gib(args.device))
+    if not args.dummy:
+        checked = check_in_engine(
+            arguments, prompts, encoded, params, limits=limits, args=args, vllm=vllm
+        )
+        for name, value in checked.items():
+            report(name, value)
+        report("gpu_free_gib_after_check", gpu_free_gib(args.device))
+    if not args.skip_hf:
+        model = model.to(args.device)
+        report("hf_tokens_per_s", round(hf_rate(model, prompts, encoded, params, args), 1))
+        del model
+        report("gpu_free_gib_after_hf", gpu_free_gib(args.device))
+
+
+def hf_rate(model, prompts, encoded, params, args) -> float:
+    """Tokens/s of HF ``generate`` with HED's recording on the same prompts (all full length)."""
+    tokens_of = {p.prompt_index: encoded[p.prompt_index] for p in prompts}
+
+    class _Ids:  # the HF path encodes text; hand it the random ids instead
+        pad_token_id = 0
+
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": tokens_of[int(text)]}
+
+    hf_prompts = [PromptInput(p.prompt_index, p.prompt_id, str(p.prompt_index)) for p in prompts]
+    from hed.decode import hf as recording
+
+    saved = recording.token_texts_batch
+    recording.token_texts_batch = lambda _tok, ids: [[] for _ in ids]  # no tokenizer
+    try:
+        seconds, out = timed(
+            args.device,
+            lambda: list(generate_sequences(model, _Ids(), hf_prompts, 1, params, [])),
+        )
+    finally:
+        recording.token_texts_batch = saved
+    return sum(s.n_tokens for s in out) / seconds
 
 
 if __name__ == "__main__":

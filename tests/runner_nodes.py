@@ -25,14 +25,15 @@ def describe_process(seconds: float = 0.0) -> dict[str, Any]:
     """Sleep ``seconds``; describe this process and the interval.
 
     Returns:
-        ``{"pid", "cuda_visible_devices", "start_method", "start", "end"}`` (times in seconds
-        since the epoch).
+        ``{"pid", "cuda_visible_devices", "slot_index", "start_method", "start", "end"}``
+        (times in seconds since the epoch).
     """
     start = time.time()
     time.sleep(seconds)
     return {
         "pid": os.getpid(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "slot_index": os.environ.get("HED_SLOT_INDEX"),
         "start_method": multiprocessing.get_start_method(allow_none=True),
         "start": start,
         "end": time.time(),

@@ -627,6 +627,11 @@ def _(t: Ctx) -> Expect:
     )
 
 
+@case("params-stats-kernel")
+def _(t: Ctx) -> Expect:
+    return Expect(sampling(stats_kernel="fast"), ConfigError, ("generation.stats_kernel", "'fast'"))
+
+
 @case("params-temperature-not-a-number")
 def _(t: Ctx) -> Expect:
     return Expect(sampling(temperature="hot"), ConfigError, ("generation.temperature", "'hot'"))
@@ -724,6 +729,25 @@ def _(t: Ctx) -> Expect:
     _, call = vllm_shard(t)
     t.monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
     return Expect(call, ConfigError, ("generation.backend is 'vllm'", "hed[vllm]", "backend: hf"))
+
+
+@case("params-vllm-tensor-parallel")
+def _(t: Ctx) -> Expect:
+    from hed.decode.vllm import VLLMSettings
+
+    return Expect(
+        lambda: VLLMSettings.from_params({"tensor_parallel_size": 2}),
+        ConfigError,
+        ("generation.vllm.tensor_parallel_size: 2", "one engine per GPU"),
+    )
+
+
+@case("vllm-port")
+def _(t: Ctx) -> Expect:
+    from hed.decode.vllm import slot_port
+
+    t.monkeypatch.setenv("VLLM_PORT", "http")
+    return Expect(slot_port, ConfigError, ("VLLM_PORT='http'", "1..65535"))
 
 
 @case("generation-vllm-architecture")
@@ -2185,8 +2209,11 @@ def _one_torch_thread():
 
 
 #: cases that run a vLLM engine (not run where vLLM cannot be installed: tests/vllm_gate.py)
-VLLM_CASES = {"generation-vllm-architecture", "generation-vllm-prompt-too-long",
-              "generation-vllm-kv-cache"}
+VLLM_CASES = {
+    "generation-vllm-architecture",
+    "generation-vllm-prompt-too-long",
+    "generation-vllm-kv-cache",
+}
 
 
 @pytest.mark.parametrize(

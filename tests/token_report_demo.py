@@ -52,13 +52,19 @@ def default_lexicon():
     return parse_lexicon(params["aggregation"]["lexicon"])
 
 
-def demo_step(tokenizer, step: int, seed: int = 0) -> tuple[pa.Table, pd.DataFrame]:
-    """Merged records and sequences of one demo step (schemas of docs/datasets.md)."""
+def demo_step(
+    tokenizer, step: int, seed: int = 0, responses: dict | None = None
+) -> tuple[pa.Table, pd.DataFrame]:
+    """Merged records and sequences of one demo step (schemas of docs/datasets.md).
+
+    ``responses``: ``{(prompt_index, sample_index): text}`` (default :data:`RESPONSES`).
+    """
+    responses = RESPONSES if responses is None else responses
     rng = np.random.default_rng(seed + step)
     lexicon = default_lexicon()
     vocab = len(tokenizer)
     rows, seqs = [], []
-    for (p, s), text in RESPONSES.items():
+    for (p, s), text in responses.items():
         ids = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
         texts = token_texts(tokenizer, ids)
         n = len(ids)
@@ -88,7 +94,7 @@ def demo_step(tokenizer, step: int, seed: int = 0) -> tuple[pa.Table, pd.DataFra
                     "is_special": tid == tokenizer.eos_token_id,
                 }
             )
-        correct = RESPONSES[(p, s)].rstrip(".").split()[-1] == ANSWERS[p]
+        correct = responses[(p, s)].rstrip(".").split()[-1] == ANSWERS[p]
         seqs.append(
             {
                 "run": RUN,
@@ -100,7 +106,7 @@ def demo_step(tokenizer, step: int, seed: int = 0) -> tuple[pa.Table, pd.DataFra
                 "response_text": "".join(texts),
                 "n_tokens": n,
                 "finish_reason": "eos",
-                "extracted_answer": RESPONSES[(p, s)].rstrip(".").split()[-1],
+                "extracted_answer": responses[(p, s)].rstrip(".").split()[-1],
                 "correct": correct,
             }
         )

@@ -24,7 +24,7 @@ from hed.config.preflight import check_reused_shards, hand_to_nodes, parsed_sect
 from hed.errors import ConfigError
 from hed.io import run_lock
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
-from hed.pass1.sources import export_wandb_api_key
+from hed.pass1.credentials import export_wandb_api_key
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@ import warnings
 from hed.config.loader import HEDConfigLoader
 from hed.errors import install_short_tracebacks
 from hed.hooks import ProjectHooks, ProvenanceHooks, ShardPartsHooks
-from hed.records.atomic_io import install_atomic_local_writes, install_atomic_object_writes
+from hed.records.atomic_io import install_atomic_local_writes
+from hed.records.object_store import install_atomic_object_writes
 
 # Every local file a dataset writes appears only when complete (temporary file + rename),
 # in the `kedro` process and in the runner's subprocesses, which import these settings too.

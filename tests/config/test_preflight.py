@@ -81,3 +81,40 @@ def test_short_message_finds_the_hed_error_kedro_wrapped():
     assert short_message(ValueError("library bug")) is None
     failed = FailedNodesError({"a": "boom"}, {}, "kedro run --from-nodes a")
     assert short_message(failed).startswith("FailedNodesError: 1 node(s) failed:")
+
+
+RUNS = {
+    "a": {"role": "with_clip", "checkpoint_root": "x", "steps": [0, 10]},
+    "b": {"role": "without_clip", "checkpoint_root": "y", "steps": [10]},
+}
+
+
+def test_token_report_steps_of_no_run_are_refused_before_generation():
+    """A copied study keeping qae_repro's token_report.steps [20, 80, 200] used to fail only in
+    build_token_report, after every shard had been generated."""
+    reporting = {**REPORTING, "fig3": {"steps": [10]}, "token_report": {"steps": [20, 80, 200]}}
+    with pytest.raises(ConfigError) as raised:
+        _run({"runs": RUNS, "reporting": reporting})
+    assert str(raised.value) == (
+        "reporting.token_report.steps [20, 80, 200] matches no step of the runs "
+        "(steps available: [0, 10]); set it to null or to existing steps"
+    )
+    # one shown step that exists is enough (the page notes the others); disabled or null: no check
+    assert _run({"runs": RUNS, "reporting": {**reporting, "token_report": {"steps": [10, 20]}}})
+    off = {"enabled": False, "steps": [20]}
+    assert _run({"runs": RUNS, "reporting": {**reporting, "token_report": off}})
+    # the study explorer's steps likewise
+    explorer = {**reporting, "token_report": {"steps": [10]}, "explorer": {"steps": [5]}}
+    with pytest.raises(ConfigError) as raised:
+        _run({"runs": RUNS, "reporting": explorer})
+    assert str(raised.value).startswith("reporting.explorer.steps [5] matches no step of the runs")
+    # a re-plot (the pipeline reads params:reporting only) is checked against the catalog's runs
+    catalog = DataCatalog(
+        {"params:runs": MemoryDataset(RUNS), "params:reporting": MemoryDataset(reporting)}
+    )
+    replot = Pipeline([Node(_identity, "params:reporting", "out", name="reads_reporting")])
+    with pytest.raises(ConfigError, match="matches no step of the runs"):
+        check_parameters(replot, catalog)
+    # steps: all are known only on disk: not checked here (the node still is)
+    catalog.save("params:runs", {**RUNS, "a": {**RUNS["a"], "steps": "all"}})
+    assert check_parameters(replot, catalog) == ["reporting"]

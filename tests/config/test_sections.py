@@ -91,3 +91,15 @@ def test_the_staleness_check_compares_with_the_sampling_defaults():
     fields = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
     expected = {**{k: fields[k] for k in SAMPLING_DEFAULTS}, "max_new_tokens": None}
     assert SAMPLING_DEFAULTS == expected
+
+
+def test_reporting_is_handed_parsed_with_the_figure_style_defaults_filled_in():
+    from hed.config.params import ReportingParams, reporting_params, reporting_section
+
+    parsed = reporting_params({"top_n_words": 5, "figure2": {"dpi": 100}})
+    assert (parsed.top_n_words, parsed.fig2_measure, parsed.strict) == (5, "count", False)
+    assert parsed.figure2 == {"panel_size": [3.5, 2.8], "dpi": 100}
+    assert parsed.figure3 == SECTIONS["reporting.figure3"] == {"panel_size": [2.6, 3.6], "dpi": 200}
+    assert ReportingParams.of(parsed) is parsed
+    # a node written for the dict still reads the section as configured
+    assert reporting_section(parsed) == {"top_n_words": 5, "figure2": {"dpi": 100}}

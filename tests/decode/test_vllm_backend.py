@@ -8,6 +8,7 @@ module-scoped engine serves several runs. The tiny random model has 64-wide atte
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -198,6 +199,37 @@ def test_same_records_twice_and_alone_equals_in_a_batch_of_32(tiny_engine, token
     assert not np.array_equal(reseeded.token_ids, alone.token_ids)
 
 
+def test_the_vllm_backend_through_the_contract_equals_the_engine(
+    vllm_tiny_dir, tiny_engine, tokenizer, prompts
+):
+    """Last to use ``tiny_engine``, before any other engine closes: shutting an in-process
+    engine down ends vLLM's process-wide parallel state, which ``tiny_engine`` still needs
+    (the tests after it start engines of their own)."""
+    from hed.decode.backend import open_backend
+    from hed.decode.loading import eos_token_ids_of
+
+    params = SamplingParams(temperature=0.8, max_new_tokens=8, seed=3)
+    eos = eos_token_ids_of(vllm_tiny_dir, tokenizer)
+    want = {
+        (s.prompt_index, s.sample_index): s
+        for s in tiny_engine.run(tokenizer, prompts[:2], 2, params, eos)
+    }
+    settings = VLLMSettings(kv_cache_memory_bytes=KV_BYTES, max_model_len=512)
+    with open_backend("vllm", vllm_tiny_dir, dtype="float32", vllm=settings) as backend:
+        assert (backend.name, backend.dtype, backend.device) == ("vllm", "float32", "cpu")
+        assert backend.metadata["settings"]["kv_cache_memory_bytes"] == KV_BYTES
+        assert backend.eos_token_ids == eos
+        got = {
+            (s.prompt_index, s.sample_index): s
+            for s in backend.generate(prompts[:2], 2, params, skip={(0, 0)})
+        }
+    assert sorted(got) == [(0, 1), (1, 0), (1, 1)]  # the skipped pair is not requested
+    for key, seq in got.items():
+        assert seq.token_ids.tolist() == want[key].token_ids.tolist()
+        np.testing.assert_allclose(seq.entropy, want[key].entropy, atol=1e-6)
+        assert seq.response_text == want[key].response_text
+
+
 def test_generation_config_of_the_checkpoint_is_ignored(tmp_path, tokenizer, prompts):
     """A checkpoint asking for greedy decoding and a repetition penalty gets neither."""
     import json
@@ -328,34 +360,98 @@ def test_processor_follows_moves_swaps_and_recomputed_requests():
         sink.take(10, 5)  # already taken
 
 
-def test_the_vllm_backend_through_the_contract_equals_the_engine(
-    vllm_tiny_dir, tiny_engine, tokenizer, prompts
-):
-    """Last in the module: shutting an in-process engine down ends vLLM's process-wide
-    parallel state, so ``tiny_engine`` is used before the backend's engine closes."""
-    from hed.decode.backend import open_backend
-    from hed.decode.loading import eos_token_ids_of
+class DelayedEvent:
+    """A stand-in for a CUDA event: ready after ``delay`` queries; counts ``synchronize``."""
 
-    params = SamplingParams(temperature=0.8, max_new_tokens=8, seed=3)
-    eos = eos_token_ids_of(vllm_tiny_dir, tokenizer)
-    want = {
-        (s.prompt_index, s.sample_index): s
-        for s in tiny_engine.run(tokenizer, prompts[:2], 2, params, eos)
-    }
-    settings = VLLMSettings(kv_cache_memory_bytes=KV_BYTES, max_model_len=512)
-    with open_backend("vllm", vllm_tiny_dir, dtype="float32", vllm=settings) as backend:
-        assert (backend.name, backend.dtype, backend.device) == ("vllm", "float32", "cpu")
-        assert backend.metadata["settings"]["kv_cache_memory_bytes"] == KV_BYTES
-        assert backend.eos_token_ids == eos
-        got = {
-            (s.prompt_index, s.sample_index): s
-            for s in backend.generate(prompts[:2], 2, params, skip={(0, 0)})
-        }
-    assert sorted(got) == [(0, 1), (1, 0), (1, 1)]  # the skipped pair is not requested
-    for key, seq in got.items():
-        assert seq.token_ids.tolist() == want[key].token_ids.tolist()
-        np.testing.assert_allclose(seq.entropy, want[key].entropy, atol=1e-6)
-        assert seq.response_text == want[key].response_text
+    log: ClassVar[list[str]] = []
+
+    def __init__(self, engine, delay: int = 2):
+        self.engine = engine
+        self.remaining = delay
+
+    def query(self) -> bool:
+        self.remaining -= 1
+        return self.remaining < 0
+
+    def synchronize(self) -> None:
+        busy = self.engine.llm.llm_engine.has_unfinished_requests()
+        DelayedEvent.log.append("sync while decoding" if busy else "sync after the last step")
+
+
+def test_varied_lengths_record_exactly_and_no_finish_waits_for_the_device(
+    vllm_tiny_dir, tokenizer, prompts, monkeypatch
+):
+    """Per-request max_tokens 3..21: requests finish on their own steps. The sink's copies
+    are made to land two polls late (as a CUDA copy would); no engine step waits for one, the
+    sequences still come out during the run, and the records equal a float64 re-score."""
+    from hed.decode import vllm_processor
+
+    engine = start(vllm_tiny_dir)  # its own: an engine closed earlier in the module tears
+    try:  # down vLLM's process-wide groups that a module-scoped engine would still need
+        # the recording engine told vLLM its processor needs no output token ids per step
+        flags = engine.llm.collective_rpc(
+            lambda worker: worker.model_runner.input_batch.logitsprocs_need_output_token_ids
+        )
+        assert flags == [False]
+        monkeypatch.setattr(
+            vllm_processor, "copy_to_host_async", lambda v: (v.clone(), DelayedEvent(engine))
+        )
+        DelayedEvent.log = []
+        limits = {(p, s): 3 + 7 * p + 4 * s for p in range(3) for s in range(2)}  # 3 .. 21
+        params = SamplingParams(max_new_tokens=24, seed=5)
+        core = engine.llm.llm_engine
+        sequences, during_run = [], 0
+        for seq in engine.run(tokenizer, prompts, 2, params, [2], max_tokens=limits):
+            sequences.append(seq)
+            during_run += core.has_unfinished_requests()
+    finally:
+        engine.close()
+    assert sorted((s.prompt_index, s.sample_index) for s in sequences) == sorted(limits)
+    for seq in sequences:
+        limit = limits[(seq.prompt_index, seq.sample_index)]
+        assert seq.n_tokens == limit if seq.finish_reason == "length" else seq.n_tokens <= limit
+    assert {s.n_tokens for s in sequences} == set(limits.values())  # no EOS with this seed
+    assert during_run >= 3  # assembled while other requests still decode
+    assert DelayedEvent.log and set(DelayedEvent.log) == {"sync after the last step"}
+    assert_exact(sequences, float64_model(vllm_tiny_dir), tokenizer, prompts, params)
+
+
+def test_sink_files_copies_only_once_landed_and_waits_only_in_flush(monkeypatch):
+    """Copies land two queries late; poll never waits, flush waits for the rest."""
+    from hed.decode import vllm_processor
+
+    waits = []
+
+    class Late:
+        def __init__(self):
+            self.queries = 0
+
+        def query(self):
+            self.queries += 1
+            return self.queries > 2
+
+        def synchronize(self):
+            waits.append(self)
+
+    monkeypatch.setattr(vllm_processor, "copy_to_host_async", lambda v: (v.clone(), Late()))
+    sink = vllm_processor.RecordSink(temperature=1.0, top_prob_k=2, flush_every=2)
+    logits = torch.randn(2, 30, generator=torch.Generator().manual_seed(1))
+    for position in range(5):
+        sink.record(logits, np.array([7, -1]), np.array([position, 0]))
+    assert sink.steps_recorded == 5 and sink.steps_filed == 0  # copies of steps 1-2, 3-4 started
+    assert sink.poll() == 0 and sink.poll() == 0  # not landed yet: nothing waited
+    assert sink.poll() == 2  # the older copy landed (third query); the newer one was queried once
+    assert sink.poll() == 2 and sink.poll() == 4  # in order, never out of order
+    assert waits == []
+    sink.record(logits, np.array([7, -1]), np.array([4, 0]))  # position 4 again: the latest wins
+    sink.flush()  # step 5 and 6 copied and waited for
+    assert len(waits) == 1 and sink.steps_filed == 6
+    records = sink.take(7, 5)
+    assert records["entropy"].shape == (5,) and records["topk_token_ids"].shape == (5, 2)
+    sink.record(logits, np.array([7, -1]), np.array([5, 0]))  # a step past its end, discarded
+    sink.flush()
+    with pytest.raises(RuntimeError, match="do not match"):
+        sink.take(7, 1)  # nothing was filed again for a taken request
 
 
 def test_mass_columns_equal_a_float64_softmax_sum(tiny_engine, vllm_tiny_dir, tokenizer, prompts):

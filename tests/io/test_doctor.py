@@ -61,8 +61,9 @@ def test_an_old_driver_under_pypis_cuda13_vllm_names_the_cuda12_build():
 
 
 def test_vllms_cuda12_build_is_judged_by_its_own_cuda_label():
-    facts = replace(GPU_NODE, driver_version="550.54.15", vllm_version="0.32.0+cu129",
-                    torch_cuda="12.9")
+    facts = replace(
+        GPU_NODE, driver_version="550.54.15", vllm_version="0.32.0+cu129", torch_cuda="12.9"
+    )
     assert str(check(facts)[3]) == (
         "✓ NVIDIA driver 550.54.15 >= 525.60, as CUDA 12.9 (vLLM) needs"
     )
@@ -81,8 +82,14 @@ def test_a_gpu_without_bfloat16_asks_for_float16():
 
 
 def test_wrong_builds_on_the_wrong_machine_are_refused():
-    cpu_torch_on_gpu_node = replace(GPU_NODE, torch_version="2.13.0+cpu", torch_cuda=None,
-                                    gpus=(), vllm_dist=None, vllm_version=None)
+    cpu_torch_on_gpu_node = replace(
+        GPU_NODE,
+        torch_version="2.13.0+cpu",
+        torch_cuda=None,
+        gpus=(),
+        vllm_dist=None,
+        vllm_version=None,
+    )
     assert lines(cpu_torch_on_gpu_node)[2] == (
         "✗ torch 2.13.0+cpu is a CPU build on a machine with an NVIDIA driver (580.82.07) — fix: "
         "make install-gpu in a fresh .venv (rm -r .venv) for PyPI's CUDA torch"
@@ -168,12 +175,25 @@ def test_this_machine(tmp_path):
     shutil.copytree(REPO_ROOT / "conf" / "base", conf / "base")
     (conf / "base" / "globals.yml").write_text(f"data_root: {tmp_path / 'data'}\n")
     (conf / "local").mkdir()
-    env = {key: value for key, value in os.environ.items()
-           if key not in {"WANDB_API_KEY", "RAY_ADDRESS", "KEDRO_ENV"}}
-    env |= {"PYTHONPATH": str(REPO_ROOT / "src"), "HOME": str(tmp_path),
-            "NETRC": str(tmp_path / "no_netrc")}
-    done = subprocess.run([sys.executable, "-m", "hed", "doctor"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"WANDB_API_KEY", "RAY_ADDRESS", "KEDRO_ENV"}
+    }
+    env |= {
+        "PYTHONPATH": str(REPO_ROOT / "src"),
+        "HOME": str(tmp_path),
+        "NETRC": str(tmp_path / "no_netrc"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "hed", "doctor"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     out = done.stdout.splitlines()
     import torch
 

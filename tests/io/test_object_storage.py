@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from hed.records.atomic_io import install_atomic_object_writes
+from hed.records.object_store import install_atomic_object_writes
 from tests.project_copy import (
     MERGED_FOLDER,
     NUM_SHARDS,
@@ -168,7 +168,7 @@ KILLED_WRITER = """
 import sys, time
 import pyarrow as pa
 from kedro.io.core import Version
-from hed.records.atomic_io import install_atomic_object_writes
+from hed.records.object_store import install_atomic_object_writes
 from hed.io.datasets import ArrowParquetDataset
 
 install_atomic_object_writes()

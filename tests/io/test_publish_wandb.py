@@ -205,7 +205,7 @@ def test_a_refused_key_stops_before_a_run_opens(demo_study, offline_env, monkeyp
         raise wandb.errors.AuthenticationError("API key must be 40 characters long, yours was 3")
 
     monkeypatch.setenv("WANDB_API_KEY", "bad")
-    monkeypatch.setattr("hed.pass1.sources.check_reachable", lambda url: None)
+    monkeypatch.setattr("hed.pass1.credentials.check_reachable", lambda url: None)
     monkeypatch.setattr(wandb, "login", refuse)
     settings = WandbPublishParams(enabled=True, project=PROJECT, mode="online",
                                   dir=str(offline_env / "runs"))  # fmt: skip

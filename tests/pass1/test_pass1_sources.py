@@ -106,7 +106,7 @@ def test_offline_run_reads_exactly_the_logged_steps(offline_run):
 
 
 def test_offline_run_falls_back_to_wandb_step_when_step_key_is_absent(offline_run, caplog):
-    with caplog.at_level(logging.WARNING, logger="hed.pass1.sources"):
+    with caplog.at_level(logging.WARNING, logger="hed.pass1"):
         history = read_wandb_offline_history(offline_run, step_key="trainer/step")
 
     assert "'trainer/step' is absent" in caplog.text and "_step" in caplog.text
@@ -243,7 +243,7 @@ def test_online_never_calls_history(monkeypatch):
 def test_online_step_key_absent_falls_back_to_wandb_step(caplog):
     rows = [{"_step": s, METRIC: s / 10} for s in (3, 6, 9)] + [{"_step": 10, "actor/entropy": 1.0}]
     api = FakeApi({"e/p/r": FakeRun(rows)})
-    with caplog.at_level(logging.WARNING, logger="hed.pass1.sources"):
+    with caplog.at_level(logging.WARNING, logger="hed.pass1"):
         history = read_wandb_history("e/p/r", api_factory=_factory(api))
 
     assert history["step"].tolist() == [3, 6, 9]
@@ -361,7 +361,7 @@ def test_generated_is_the_mean_of_correct_per_step():
 
 def test_repeated_steps_keep_the_last_value(caplog):
     table = pd.DataFrame({"step": [10, 20, 20, 30], "pass1": [0.1, 0.2, 0.25, 0.3]})
-    with caplog.at_level(logging.WARNING, logger="hed.pass1.sources"):
+    with caplog.at_level(logging.WARNING, logger="hed.pass1"):
         rows = to_pass1_rows(table, run="r", source="wandb", metric_key=METRIC)
     assert rows["step"].tolist() == [10, 20, 30]
     assert rows["pass1"].tolist() == [0.1, 0.25, 0.3]
@@ -375,7 +375,7 @@ def test_missing_checkpoint_steps_are_warned_and_extra_steps_kept(caplog):
         source="csv",
         metric_key="pass1",
     )
-    with caplog.at_level(logging.WARNING, logger="hed.pass1.sources"):
+    with caplog.at_level(logging.WARNING, logger="hed.pass1"):
         missing = warn_missing_steps(rows, run="r", source="csv", checkpoint_steps=[20, 30, 40, 60])
     assert missing == [30, 60] == missing_steps(rows, [20, 30, 40, 60])
     assert "30, 60" in caplog.text
@@ -491,7 +491,7 @@ def _verl_rows(test_freq: int = 5, last: int = 15) -> list[dict]:
 
 def test_verl_step_zero_validation_is_kept_online(caplog):
     api = FakeApi({"team/dapo/r1": FakeRun(_verl_rows())})
-    with caplog.at_level(logging.INFO, logger="hed.pass1.sources"):
+    with caplog.at_level(logging.INFO, logger="hed.pass1"):
         history = read_wandb_history(
             "team/dapo/r1", metric_key=VERL_METRIC, api_factory=_factory(api)
         )
@@ -516,7 +516,7 @@ def test_step_key_less_rows_are_dropped_when_wandb_step_is_another_counter(caplo
         if step % 3 == 0:
             rows.append({"_step": 2 * step, STEP: step, VERL_METRIC: step / 10})
     api = FakeApi({"e/p/r": FakeRun(rows)})
-    with caplog.at_level(logging.WARNING, logger="hed.pass1.sources"):
+    with caplog.at_level(logging.WARNING, logger="hed.pass1"):
         history = read_wandb_history("e/p/r", metric_key=VERL_METRIC, api_factory=_factory(api))
 
     assert history["step"].tolist() == [3, 6]

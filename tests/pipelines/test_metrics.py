@@ -18,6 +18,7 @@ from hed.config.layout import layout_from_params
 from hed.errors import ConfigError
 from hed.hooks import ProjectHooks
 from hed.pass1 import sources as pass1_sources
+from hed.pass1 import wandb_online
 from hed.pipelines.metrics import create_pipeline
 from tests.pass1.test_pass1_sources import FakeApi, FakeRun
 
@@ -69,7 +70,7 @@ def _outputs(folder: Path) -> dict[str, CSVDataset]:
 
 def _run(params: dict, tmp_path: Path, monkeypatch, **extra) -> DataCatalog:
     api = FakeApi({"ent/proj/abc": FakeRun(_wandb_rows())})
-    monkeypatch.setattr(pass1_sources, "default_api_factory", lambda **kwargs: api)
+    monkeypatch.setattr(wandb_online, "default_api_factory", lambda **kwargs: api)
     pipeline = create_pipeline(layout_from_params(params), params)
     catalog = DataCatalog(
         datasets={
@@ -160,7 +161,7 @@ def test_exported_history_feeds_the_csv_source_without_network(tmp_path, monkeyp
     def no_network(**kwargs):
         raise AssertionError("the csv source must not touch W&B")
 
-    monkeypatch.setattr(pass1_sources, "default_api_factory", no_network)
+    monkeypatch.setattr(wandb_online, "default_api_factory", no_network)
     export = str(tmp_path / "metrics" / "dapo_with_clip.csv")
     csv_params = _params({"dapo_with_clip": {"sources": {"csv": {"path": export}}}})
     pipeline = create_pipeline(layout_from_params(csv_params), csv_params)

@@ -52,7 +52,7 @@ def local_ray():
 
 
 def test_hed_runners_exposes_ray_runner():
-    from hed.runners import gpu as runners
+    from hed import runners
     from hed.runners import ray as ray_runner
 
     assert runners.RayRunner is ray_runner.RayRunner

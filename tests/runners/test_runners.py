@@ -166,6 +166,10 @@ def test_each_gpu_node_runs_in_a_fresh_spawned_process(two_gpu_run):
 def test_each_gpu_node_sees_only_the_gpu_it_owns(two_gpu_run):
     folder, names = two_gpu_run
     assert {read(folder, name)["cuda_visible_devices"] for name in names} == {"0", "1"}
+    # and its slot's index (a vLLM engine's VLLM_PORT offset, hed.decode.vllm.slot_port)
+    records = [read(folder, name) for name in names]
+    pairs = {(record["cuda_visible_devices"], record["slot_index"]) for record in records}
+    assert pairs == {("0", "0"), ("1", "1")}
 
 
 def test_at_most_one_node_per_gpu_at_a_time(two_gpu_run):

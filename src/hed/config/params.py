@@ -198,12 +198,25 @@ class ReportingParams:
         top_n_words: words per Figure 3 panel, ≥ 1.
         fig3_steps: ``reporting.fig3.steps`` sorted, or ``None`` (first/middle/last).
         raw: the section as a dict.
+        fig2_measure: what Figure 2's bars measure (:func:`fig2_measure_param`).
+        figure2, figure3: the figures' style (``panel_size``, ``dpi``), each default filled in.
+        token_report: the ``reporting.token_report`` section as given (parsed by
+            :func:`hed.report.token_report.token_report_options`).
     """
 
     strict: bool
     top_n_words: int
     fig3_steps: list[int] | None
     raw: Mapping[str, Any]
+    fig2_measure: str = "count"
+    figure2: Mapping[str, Any] | None = None
+    figure3: Mapping[str, Any] | None = None
+    token_report: Any = None
+
+    @classmethod
+    def of(cls, value: Any) -> ReportingParams:
+        """``value`` if already parsed, else :func:`reporting_params` of it."""
+        return value if isinstance(value, cls) else reporting_params(value)
 
 
 def reporting_section(reporting: Any) -> dict[str, Any]:
@@ -216,6 +229,8 @@ def reporting_section(reporting: Any) -> dict[str, Any]:
         ConfigError: the section, ``fig3``, ``figure2`` or ``figure3`` is not a mapping, or
             ``strict`` is not ``true``/``false``.
     """
+    if isinstance(reporting, ReportingParams):  # handed to the node parsed: as configured
+        return dict(reporting.raw)
     raw = section(reporting, "reporting")
     for key in ("fig3", "figure2", "figure3"):
         if raw.get(key) is not None:
@@ -245,7 +260,8 @@ def top_n_words_param(reporting: Mapping[str, Any]) -> int:
 
 
 def reporting_params(value: Any) -> ReportingParams:
-    """Check ``params:reporting`` (shape, ``strict``, ``top_n_words``, ``fig3.steps``).
+    """Check ``params:reporting`` (shape, ``strict``, ``top_n_words``, ``fig3.steps``,
+    ``fig2_measure``) and fill in the figures' style defaults.
 
     Raises:
         ConfigError: the first invalid value.
@@ -256,6 +272,10 @@ def reporting_params(value: Any) -> ReportingParams:
         top_n_words=top_n_words_param(raw),
         fig3_steps=fig3_steps_param(raw),
         raw=raw,
+        fig2_measure=fig2_measure_param(raw),
+        figure2={**SECTIONS["reporting.figure2"], **(raw.get("figure2") or {})},
+        figure3={**SECTIONS["reporting.figure3"], **(raw.get("figure3") or {})},
+        token_report=raw.get("token_report"),
     )
 
 

@@ -184,6 +184,11 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         reporting = parsed["reporting"] = params.reporting_params(load("reporting"))
         if reporting.strict:
             check_strict_completeness(reporting, load("runs") or {}, load("metrics"))
+        check_token_report_steps(reporting, load("runs") or {})
+        if reporting.raw.get("explorer") is not None:  # the study explorer's bounds
+            from hed.report.explorer import explorer_options
+
+            explorer_options(reporting.raw["explorer"])
     if "params:rescoring" in datasets:
         parsed["rescoring"] = rescoring_section(load("rescoring"))
     if "params:publish" in datasets:
@@ -192,16 +197,17 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
 
 
 #: Sections whose nodes take the parsed object (``GenerationParams.of``,
-#: ``AggregationParams.of``, ``rescoring_section`` accept it): the pre-run check hands these
-#: to them in place of the raw dict.
-TYPED_SECTIONS = ("generation", "aggregation", "rescoring")
+#: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section`` accept it): the
+#: pre-run check hands these to them in place of the raw dict.
+TYPED_SECTIONS = ("generation", "aggregation", "reporting", "rescoring")
 
 
 def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
     """Put the parsed sections of :data:`TYPED_SECTIONS` into the run's catalog.
 
     ``params:generation`` then holds a :class:`~hed.config.params.GenerationParams`,
-    ``params:aggregation`` an :class:`~hed.config.params.AggregationParams` and
+    ``params:aggregation`` an :class:`~hed.config.params.AggregationParams`,
+    ``params:reporting`` a :class:`~hed.config.params.ReportingParams` and
     ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`: the nodes read
     attributes, nothing is parsed again. The whole ``parameters`` dataset (what
     ``resolved_config`` records) is left as configured.
@@ -269,6 +275,45 @@ def check_strict_completeness(
             + "; ".join(f"({i}) {gap}" for i, gap in enumerate(gaps, 1))
             + "; fix these before generating, or set reporting.strict: false to draw what exists"
         )
+
+
+def check_token_report_steps(reporting: params.ReportingParams, runs: Mapping[str, Any]) -> None:
+    """Refuse ``reporting.token_report.steps`` or ``reporting.explorer.steps`` that match no
+    step of any run, before generation.
+
+    ``build_token_report`` and the explorer's node raise the same errors, but only after every
+    shard has been generated. Runs with ``steps: all`` have steps known only on disk: then
+    nothing is checked.
+
+    Args:
+        reporting: the checked ``params:reporting``.
+        runs: ``params:runs``.
+
+    Raises:
+        ConfigError: the wording of :func:`hed.report.token_report.payload.build_report` and
+            :mod:`hed.report.explorer.builder`.
+    """
+    from hed.report.explorer import explorer_options
+    from hed.report.token_report.options import token_report_options
+
+    pages = {
+        "token_report": token_report_options(reporting.raw.get("token_report")),
+        "explorer": explorer_options(reporting.raw.get("explorer")),
+    }
+    available: set[int] = set()
+    for name, cfg in runs.items():
+        steps = (cfg or {}).get("steps", "all")
+        if steps == "all":
+            return
+        available |= set(params.step_list(steps, f"runs.{name}.steps") or [])
+    for key, options in pages.items():
+        if runs and options.enabled and options.steps is not None:
+            if not available & set(options.steps):
+                raise ConfigError(
+                    f"reporting.{key}.steps {list(options.steps)} matches no step of the "
+                    f"runs (steps available: {sorted(available)}); set it to null or to "
+                    "existing steps"
+                )
 
 
 def _csv_pass1_gaps(metrics: Any, run: str, steps: Any) -> list[str]:

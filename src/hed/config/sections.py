@@ -77,6 +77,7 @@ SECTIONS: dict[str, dict[str, Any]] = {
         "figure2": {},
         "figure3": {},
         "token_report": {},
+        "explorer": {},
     },
     "reporting.token_report": {
         "enabled": True,
@@ -84,6 +85,14 @@ SECTIONS: dict[str, dict[str, Any]] = {
         "max_tokens_per_response": 2000,
         "steps": None,
         "seed": 0,
+    },
+    "reporting.explorer": {
+        "enabled": True,
+        "responses_per_step": 16,
+        "max_tokens_per_response": 2000,
+        "steps": None,
+        "seed": 0,
+        "estimator": "grpo",
     },
     "reporting.fig3": {"steps": None},
     "reporting.figure2": {"panel_size": [3.5, 2.8], "dpi": 200},

@@ -129,3 +129,20 @@ __all__ = [
     "section",
     "step_list",
 ]
+
+
+#: ``generation.stats_kernel`` values: the routes of :mod:`hed.core.fused_stats`.
+STATS_KERNELS = ("auto", "reference", "triton", "compiled")
+
+
+def check_stats_kernel(name: Any) -> str:
+    """Return ``name`` when it is one of :data:`STATS_KERNELS`.
+
+    Raises:
+        ConfigError: any other value, in one line naming the setting and the choices.
+    """
+    if name not in STATS_KERNELS:
+        raise ConfigError(
+            f"generation.stats_kernel must be one of {', '.join(STATS_KERNELS)}, got {name!r}"
+        )
+    return name

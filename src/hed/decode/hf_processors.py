@@ -27,7 +27,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from hed.core.entropy import token_distribution_stats, token_logprobs
+from hed.core.entropy import token_logprobs
+from hed.core.fused_stats import DistributionStats
 from hed.core.propensity import category_mass
 from hed.decode.types import SamplingParams
 
@@ -46,6 +47,7 @@ class DecodeRecorder(LogitsProcessor):
         top_prob_k: how many most probable tokens to keep per step.
         on_tokens: called after each step with that step's sampled tokens ``(B,)`` (on the
             device); :func:`generate_sequences` counts generated tokens with it for progress.
+        stats_kernel: route of the statistics (:class:`hed.core.fused_stats.DistributionStats`).
         mass_ids: {category: int64 word-start ids} (:func:`hed.core.propensity.
             tokenizer_word_start_ids`); when given, each step also appends
             ``<category>_mass`` ``(B,)`` float32 = Σ softmax(z / T) over those ids
@@ -57,15 +59,17 @@ class DecodeRecorder(LogitsProcessor):
         temperature: float = 1.0,
         top_prob_k: int = 5,
         on_tokens: Callable[[torch.Tensor], None] | None = None,
+        stats_kernel: str = "auto",
         mass_ids: Mapping[str, np.ndarray] | None = None,
     ):
-        self.temperature = temperature
-        self.top_prob_k = top_prob_k
-        self.on_tokens = on_tokens
+        self.stats = DistributionStats(stats_kernel)
         self.mass_ids = {
             c: torch.as_tensor(np.asarray(i, np.int64)) for c, i in (mass_ids or {}).items()
         }
         self.mass: dict[str, list[torch.Tensor]] = {c: [] for c in self.mass_ids}
+        self.temperature = temperature
+        self.top_prob_k = top_prob_k
+        self.on_tokens = on_tokens
         self.entropy: list[torch.Tensor] = []
         self.topk_ids: list[torch.Tensor] = []
         self.topk_probs: list[torch.Tensor] = []
@@ -75,9 +79,7 @@ class DecodeRecorder(LogitsProcessor):
         self._log_z: torch.Tensor | None = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        stats = token_distribution_stats(
-            scores, self.temperature, self.top_prob_k, check_finite=False
-        )
+        stats = self.stats(scores, self.temperature, self.top_prob_k)
         self.entropy.append(stats.entropy)
         self.topk_ids.append(stats.topk_ids.to(torch.int32))
         self.topk_probs.append(stats.topk_probs)
@@ -169,7 +171,9 @@ def build_logits_processors(
 
     ``on_tokens`` and ``mass_ids`` go to the recorder (:class:`DecodeRecorder`).
     """
-    recorder = DecodeRecorder(params.temperature, params.top_prob_k, on_tokens, mass_ids)
+    recorder = DecodeRecorder(
+        params.temperature, params.top_prob_k, on_tokens, params.stats_kernel, mass_ids
+    )
     processors: list[LogitsProcessor] = [recorder]
     if params.temperature != 1.0:
         processors.append(TemperatureLogitsWarper(params.temperature))

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hed.core.validators import check_stats_kernel
 from hed.errors import ConfigError
 from hed.records.sequence import FINISH_EOS, FINISH_LENGTH, MASS_COLUMNS, GeneratedSequence
 
@@ -54,6 +55,9 @@ class SamplingParams:
         top_prob_k: how many most probable tokens each record keeps.
         seed: base seed; each sequence's generator is seeded from (seed, prompt_id, sample_index).
         batch_size: sequences per ``generate`` call.
+        stats_kernel: how the recorders compute the statistics of softmax(z / T) (one of
+            :data:`hed.core.validators.STATS_KERNELS`, :mod:`hed.core.fused_stats`; ``auto``:
+            one pass in Triton on CUDA, the reference torch code otherwise).
     """
 
     temperature: float = 1.0
@@ -63,8 +67,10 @@ class SamplingParams:
     top_prob_k: int = 5
     seed: int = 0
     batch_size: int = 8
+    stats_kernel: str = "auto"
 
     def __post_init__(self) -> None:
+        check_stats_kernel(self.stats_kernel)
         if self.top_k in TOP_K_OFF and not isinstance(self.top_k, bool):
             object.__setattr__(self, "top_k", None)
 
@@ -143,6 +149,16 @@ def encode_prompts(tokenizer, prompts: Sequence[PromptInput]) -> dict[int, list[
     }
 
 
+#: One line for ``generation.vllm.tensor_parallel_size`` > 1.
+TENSOR_PARALLEL_REFUSAL = (
+    "generation.vllm.tensor_parallel_size: {size} is not supported: HED records inside the "
+    "sampler of an engine running in the node's own process (one worker), and with tensor "
+    "parallelism vLLM samples in worker processes the recorder cannot reach; set "
+    "tensor_parallel_size: 1 and run one engine per GPU (GPURunner gpus=0:1:..., one shard "
+    "per GPU), or use backend: hf"
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class VLLMSettings:
     """Engine settings of ``generation.vllm`` (``conf/base/parameters_generation.yml``).
@@ -159,6 +175,7 @@ class VLLMSettings:
         enforce_eager: true: no CUDA graphs / torch.compile (faster start, slower decode);
             null: true on CPU, false on GPUs.
         enable_prefix_caching: reuse the KV cache of a prompt across its samples.
+        tensor_parallel_size: 1 only (:data:`TENSOR_PARALLEL_REFUSAL` says why).
     """
 
     gpu_memory_utilization: float = 0.9
@@ -167,10 +184,15 @@ class VLLMSettings:
     max_num_seqs: int = 256
     enforce_eager: bool | None = None
     enable_prefix_caching: bool = True
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         def whole(value: Any) -> bool:
             return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+        tp = self.tensor_parallel_size
+        if whole(tp) and tp > 1:
+            raise ConfigError(TENSOR_PARALLEL_REFUSAL.format(size=tp))
 
         checks = [
             (
@@ -203,6 +225,7 @@ class VLLMSettings:
                 isinstance(self.enable_prefix_caching, bool),
                 "true or false",
             ),
+            ("tensor_parallel_size", whole(tp) and tp == 1, "1"),
         ]
         for name, ok, rule in checks:
             if not ok:

@@ -31,7 +31,8 @@ order).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -57,10 +58,13 @@ from hed.decode.types import (
 from hed.decode.vllm_engine import (
     CPU_DEFAULT_KV_CACHE_BYTES,
     INSTALL_HINT,
+    PORT_STRIDE,
     check_architecture,
     engine_arguments,
     import_vllm,
     shutdown_engine,
+    skip_output_token_ids,
+    slot_port,
     start_engine,
     vllm_version,
 )
@@ -69,8 +73,19 @@ from hed.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 
-def sampling_request(vllm, params: SamplingParams, *, seed: int, key: int, eos: Sequence[int]):
-    """vLLM ``SamplingParams`` of one request as HED defines sampling (module docstring)."""
+def sampling_request(
+    vllm,
+    params: SamplingParams,
+    *,
+    seed: int,
+    key: int,
+    eos: Sequence[int],
+    max_tokens: int | None = None,
+):
+    """vLLM ``SamplingParams`` of one request as HED defines sampling (module docstring).
+
+    ``max_tokens`` (default ``params.max_new_tokens``) limits this request alone.
+    """
     return vllm.SamplingParams(
         n=1,
         temperature=float(params.temperature),
@@ -80,7 +95,7 @@ def sampling_request(vllm, params: SamplingParams, *, seed: int, key: int, eos: 
         presence_penalty=0.0,
         frequency_penalty=0.0,
         repetition_penalty=1.0,
-        max_tokens=int(params.max_new_tokens),
+        max_tokens=int(params.max_new_tokens if max_tokens is None else max_tokens),
         min_tokens=0,
         seed=int(seed),
         ignore_eos=True,
@@ -110,6 +125,8 @@ class RecordingEngine:
         self.vllm = import_vllm()
         self.processor_class = make_processor_class(None) if record else None
         self.llm = start_engine(arguments, [self.processor_class] if record else [])
+        if record:
+            skip_output_token_ids(self.llm)
 
     def run(  # noqa: PLR0917 - the call shape of hed.decode.hf.generate_sequences
         self,
@@ -122,22 +139,37 @@ class RecordingEngine:
         encoded: dict[int, list[int]] | None = None,
         *,
         skip: set[tuple[int, int]] | None = None,
+        max_tokens: Mapping[tuple[int, int], int] | None = None,
         mass_ids: dict[str, np.ndarray] | None = None,
     ) -> Iterator[GeneratedSequence]:
         """Sample and record, as :meth:`VLLMBackend.generate` (which see).
 
-        ``mass_ids``: {category: word-start ids} whose mass the sink records
-        (:class:`hed.decode.vllm_processor.RecordSink`); None: no mass columns.
-
         ``tokenizer`` may be None when ``encoded`` (prompt_index -> prompt token ids) is
         given; the sequences then have no token texts (benchmarks of dummy models).
+        ``mass_ids``: {category: word-start ids} whose mass the sink records
+        (:class:`hed.decode.vllm_processor.RecordSink`); None: no mass columns.
+        ``max_tokens`` maps (prompt_index, sample_index) to a response length limit of its
+        own (benchmarks and tests of varied lengths); others use ``params.max_new_tokens``.
+
+        A finished request is yielded once its records are on the host: the sink's copies
+        never block an engine step (:class:`hed.decode.vllm_processor.RecordSink`), and the
+        run waits for the device once, after the engine's last step.
         """
         from hed.decode.vllm_processor import RecordSink
 
         if encoded is None:
             encoded = encode_prompts(tokenizer, prompts)
         pairs = sequence_pairs(prompts, samples_per_prompt, skip or ())
-        sink = RecordSink(params.temperature, params.top_prob_k, mass_ids=mass_ids)
+        sink = RecordSink(
+            params.temperature,
+            params.top_prob_k,
+            stats_kernel=params.stats_kernel,
+            mass_ids=mass_ids,
+        )
+        limits = [
+            (max_tokens or {}).get((prompt.prompt_index, sample), params.max_new_tokens)
+            for prompt, sample in pairs
+        ]
         if self.processor_class is not None:
             self.processor_class.sink = sink
         engine = self.llm.llm_engine
@@ -148,24 +180,36 @@ class RecordingEngine:
                 seed=sequence_seed(params.seed, prompt.prompt_id, sample),
                 key=key,
                 eos=eos_token_ids,
+                max_tokens=limits[key],
             )
             engine.add_request(
                 str(key), {"prompt_token_ids": list(encoded[prompt.prompt_index])}, request
             )
         n_sequences = n_tokens = 0
+        waiting: deque[tuple[Any, int]] = deque()  # finished, with the steps they need filed
         try:
-            while engine.has_unfinished_requests():
-                finished = [out for out in engine.step() if out.finished]
-                if not finished:
-                    continue
+            while engine.has_unfinished_requests() or waiting:
+                if engine.has_unfinished_requests():
+                    finished = [out for out in engine.step() if out.finished]
+                else:  # the engine is done: wait for the last copies (one sync per run)
+                    finished = []
+                    sink.flush()
                 if self.processor_class is None:  # plain vLLM: tokens only
                     n_sequences += len(finished)
                     n_tokens += sum(len(out.outputs[0].token_ids) for out in finished)
                     continue
-                sink.flush()
+                waiting.extend((out, sink.steps_recorded) for out in finished)
+                if finished:
+                    sink.start_copy()  # non-blocking: their last rows head for the host now
+                filed = sink.poll()
+                ready = []
+                while waiting and waiting[0][1] <= filed:
+                    ready.append(waiting.popleft()[0])
+                if not ready:
+                    continue
                 results = [
-                    _sequence(out, pairs, sink, params=params, eos_token_ids=eos_token_ids)
-                    for out in finished
+                    _sequence(out, pairs, sink, limits, params=params, eos_token_ids=eos_token_ids)
+                    for out in ready
                 ]
                 texts = (
                     token_texts_batch(tokenizer, [seq.token_ids for seq in results])
@@ -196,7 +240,7 @@ class RecordingEngine:
 
 
 def _sequence(
-    output, pairs, sink, *, params: SamplingParams, eos_token_ids: Sequence[int]
+    output, pairs, sink, limits, *, params: SamplingParams, eos_token_ids: Sequence[int]
 ) -> GeneratedSequence:
     """One finished request as a :class:`GeneratedSequence` (texts filled by the caller)."""
     key = int(output.request_id)
@@ -212,7 +256,7 @@ def _sequence(
     logprob = raw / np.float32(params.temperature) - records["log_z"]
     if n and int(ids[-1]) in set(eos_token_ids):
         finish_reason = FINISH_EOS
-    elif n == params.max_new_tokens:
+    elif n == limits[key]:
         finish_reason = FINISH_LENGTH
     else:
         raise RuntimeError(
@@ -348,6 +392,7 @@ def _max_model_len(encoded: dict[int, list[int]], max_new_tokens: int, settings)
 __all__ = [
     "CPU_DEFAULT_KV_CACHE_BYTES",
     "INSTALL_HINT",
+    "PORT_STRIDE",
     "RecordingEngine",
     "VLLMBackend",
     "VLLMSettings",
@@ -358,6 +403,8 @@ __all__ = [
     "load_tokenizer",
     "sampling_request",
     "shutdown_engine",
+    "skip_output_token_ids",
+    "slot_port",
     "start_engine",
     "vllm_version",
 ]

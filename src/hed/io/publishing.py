@@ -20,7 +20,8 @@ from typing import Any
 import fsspec
 
 from hed.errors import ConfigError, InputDataError, OutputWriteError
-from hed.records.atomic_io import atomic_path, filesystem_of, is_remote, write_error
+from hed.records.atomic_io import atomic_path, write_error
+from hed.records.object_store import filesystem_of, is_remote
 
 #: Name of an environment without ``--env`` (base + local): where its artefacts are published.
 DEFAULT_ENV_LABEL = "base"

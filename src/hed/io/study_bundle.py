@@ -29,7 +29,7 @@ from typing import Any
 
 from hed.errors import ConfigError, InputDataError
 from hed.io.publishing import environment_label, rerun_reporting
-from hed.records.atomic_io import is_remote
+from hed.records.object_store import is_remote
 
 KINDS = ("figure", "table", "page", "config", "records")
 
@@ -203,7 +203,7 @@ def pass1_links(parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
         ``wandb_offline`` and ``csv`` the local ``path`` (``url`` ``None``). ``generated``
         (HED's own grading) names no training run and is left out.
     """
-    from hed.pass1.sources import wandb_run_ref
+    from hed.pass1.wandb_online import wandb_run_ref
 
     metrics = parameters.get("metrics") or {}
     links = []

@@ -12,7 +12,7 @@
   bundle path plus ``hed_publication.json``; W&B versions it (``v0``, ``v1``, ... per study)
   and it is aliased ``latest`` and ``run-<reporting run id>``.
 
-Online the key is found as for pass@1 (:func:`hed.pass1.sources.resolve_wandb_api_key`:
+Online the key is found as for pass@1 (:func:`hed.pass1.credentials.resolve_wandb_api_key`:
 ``WANDB_API_KEY``, ``conf/local/credentials.yml``, ``wandb login``), the server is checked
 to answer and the key verified (``wandb.login(verify=True)``) before the run opens. Offline
 (``mode: offline`` or ``WANDB_MODE=offline``) nothing leaves the machine; ``wandb sync
@@ -88,7 +88,7 @@ def check_wandb_login(base_url: str | None = None) -> str:
     """
     import wandb
 
-    from hed.pass1.sources import check_reachable, resolve_wandb_api_key, wandb_base_url
+    from hed.pass1.credentials import check_reachable, resolve_wandb_api_key, wandb_base_url
 
     server = (base_url or wandb_base_url()).rstrip("/")
     try:

@@ -23,7 +23,7 @@ from hed.decode.checkpoints import discover_steps, model_dir_for_step
 from hed.errors import CheckpointError, ConfigError, InputDataError
 from hed.mini_rl.config import TrainingSpec
 from hed.mini_rl.export import step_dir
-from hed.pass1.sources import find_offline_run_file
+from hed.pass1.wandb_offline import find_offline_run_file
 from hed.records.atomic_io import atomic_path
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ run ends, and the wandb service process is stopped (``wandb.teardown``).
 
 The transformers ``WandbCallback`` of a trainer created inside the ``with`` block logs into
 this run (it re-uses ``wandb.run``). HED reads the run back with
-:func:`hed.pass1.sources.read_wandb_offline_history` (``wandb leet inspect --json``).
+:func:`hed.pass1.wandb_offline.read_wandb_offline_history` (``wandb leet inspect --json``).
 """
 
 from __future__ import annotations

@@ -134,6 +134,7 @@ class NodeExecutor(Executor):
         self._context = multiprocessing.get_context("spawn")
         self.bootstrap = (kedro_project.PACKAGE_NAME, dict(kedro_project.LOGGING))
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hed-node")
+        self._slot_index = {s: k for k, s in enumerate(slots)}
         self._workers = [
             threading.Thread(target=self._serve, args=(s,), name=f"hed-{s.label}", daemon=True)
             for s in slots
@@ -287,7 +288,13 @@ class NodeExecutor(Executor):
         receiver, sender = self._context.Pipe(duplex=False)
         process = self._context.Process(
             target=child_main,
-            args=(slot.cuda_visible_devices, payload, *self.bootstrap, sender),
+            args=(
+                slot.cuda_visible_devices,
+                self._slot_index[slot],
+                payload,
+                *self.bootstrap,
+                sender,
+            ),
             name=f"hed:{node.name}",
         )
         with self.condition:

@@ -224,13 +224,3 @@ class GPURunner(ParallelRunner):
         else:
             params = f"gpus=[{ids[0]}]" if len(ids) == 1 else f"gpus={':'.join(ids)}"
         return params + (f",threads={self._threads}" if self._threads != 1 else "")
-
-
-def __getattr__(name: str) -> Any:
-    """``hed.runners.RayRunner`` (:mod:`hed.runners.ray`), imported on first use: Ray is an
-    optional extra and slow to import."""
-    if name == "RayRunner":
-        from hed.runners.ray import RayRunner
-
-        return RayRunner
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

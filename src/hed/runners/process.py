@@ -37,8 +37,14 @@ if TYPE_CHECKING:
     from pluggy import PluginManager
 
 
-def child_main(
+#: Set in each node process to its slot's 0-based index in the runner's slot list (a vLLM
+#: engine offsets ``VLLM_PORT`` by it, :func:`hed.decode.vllm.slot_port`).
+SLOT_INDEX_ENV = "HED_SLOT_INDEX"
+
+
+def child_main(  # noqa: PLR0917 - a Process target's arguments are positional
     cuda_visible_devices: str,
+    slot_index: int,
     payload: bytes,
     package_name: str | None,
     logging_config: dict[str, Any] | None,
@@ -47,6 +53,7 @@ def child_main(
     """Entry point of a node's process: claim the device, set up the project, run the task."""
     # First, before the task's modules (torch among them) are imported by unpickling it.
     os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+    os.environ[SLOT_INDEX_ENV] = str(slot_index)
     os.setpgid(0, 0)  # lead a process group, so that the node's own helpers are stopped with it
     exit_with_parent()
     try:

@@ -2,7 +2,7 @@
 
 ``fetch_wandb_history`` and ``read_csv_pass1`` are the pipeline's extract nodes: they read
 the external sources named in ``params:metrics`` (the W&B API or an offline run folder, a
-user CSV) through :mod:`hed.pass1.sources`. Everything after them is pure.
+user CSV) through :mod:`hed.pass1` (one module per source). Everything after them is pure.
 """
 
 from __future__ import annotations
@@ -13,20 +13,12 @@ from typing import Any
 
 import pandas as pd
 
-from hed.pass1.sources import (
-    GENERATED_METRIC,
-    PASS1_COLUMNS,
-    WANDB_SOURCES,
-    parse_run_config,
-    pass1_from_summary,
-    read_pass1_csv,
-    read_wandb_history,
-    read_wandb_offline_history,
-    select_pass1,
-    to_pass1_rows,
-    wandb_run_ref,
-    warn_missing_steps,
-)
+from hed.pass1.config import WANDB_SOURCES, parse_run_config
+from hed.pass1.csv_file import read_pass1_csv
+from hed.pass1.generated import GENERATED_METRIC, pass1_from_summary
+from hed.pass1.selection import PASS1_COLUMNS, select_pass1, to_pass1_rows, warn_missing_steps
+from hed.pass1.wandb_offline import read_wandb_offline_history
+from hed.pass1.wandb_online import read_wandb_history, wandb_run_ref
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +135,7 @@ def select_pass1_for_figures(
 ) -> pd.DataFrame:
     """One pass@1 per (run, step) from each run's ``figure_source``.
 
-    See :func:`hed.pass1.sources.select_pass1` (the same, for use outside the pipeline).
+    See :func:`hed.pass1.selection.select_pass1` (the same, for use outside the pipeline).
 
     Returns:
         ``pass1_for_figures``: run, step, pass1 (empty at checkpoint steps without a value),

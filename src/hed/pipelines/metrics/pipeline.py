@@ -7,8 +7,14 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.config.layout import StudyLayout, active_layout, active_params, training_inputs
-from hed.pass1.sources import RunPass1Config, parse_run_config
+from hed.config.layout import (
+    StudyLayout,
+    active_layout,
+    active_params,
+    data_root,
+    training_inputs,
+)
+from hed.pass1.config import EXPORT_DIR, RunPass1Config, parse_run_config
 from hed.pipelines.binding import bound
 
 from .nodes import (
@@ -98,11 +104,11 @@ def create_pipeline(
     if unknown:
         logger.warning("metrics.runs lists %s, not in `runs`; ignored", ", ".join(unknown))
     checkpoint_steps = {run.name: list(run.steps) for run in layout.runs}
+    export_dir = f"{data_root()}/{EXPORT_DIR}"
     nodes = []
     for run in layout.runs:
-        nodes += _run_nodes(
-            parse_run_config(metrics_params, run.name), checkpoint_steps[run.name], extra_inputs
-        )
+        config = parse_run_config(metrics_params, run.name, export_dir=export_dir)
+        nodes += _run_nodes(config, checkpoint_steps[run.name], extra_inputs)
     return Pipeline(
         [
             *nodes,

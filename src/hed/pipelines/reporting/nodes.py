@@ -17,12 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from hed.config.params import (
-    fig2_measure_param,
-    fig3_steps_param,
-    reporting_section,
-    top_n_words_param,
-)
+from hed.config.params import ReportingParams
 from hed.errors import ConfigError
 from hed.io import provenance
 from hed.report import figures, token_report
@@ -117,7 +112,7 @@ def plan_figures(
     token_probability_mass_high_entropy: pd.DataFrame,
     pass1_for_figures: pd.DataFrame,
     runs: dict[str, Any],
-    reporting: dict[str, Any],
+    reporting: ReportingParams | dict[str, Any],
 ) -> dict[str, Any]:
     """Check the reporting inputs and decide what Figures 2 and 3 show.
 
@@ -146,10 +141,9 @@ def plan_figures(
             a malformed ``reporting`` section (:func:`reporting_section`),
             ``reporting.fig3.steps``, ``reporting.top_n_words`` or ``reporting.fig2_measure``.
     """
-    reporting = reporting_section(reporting)
-    strict = reporting.get("strict", False)
-    top_n, fig3_steps = top_n_words_param(reporting), fig3_steps_param(reporting)
-    measure = fig2_measure_param(reporting)
+    parsed = ReportingParams.of(reporting)
+    strict, top_n, fig3_steps = parsed.strict, parsed.top_n_words, parsed.fig3_steps
+    measure = parsed.fig2_measure
     panels = panel_runs(runs)
     kind = figure2_kind(runs)
     missing = [] if kind == PAPER else [_role_pair_gap(panels)]
@@ -344,36 +338,40 @@ def build_figure3_table(
 
 
 def plot_figure2_png(
-    figure2_table: pd.DataFrame, figure_plan: dict[str, Any], reporting: dict[str, Any]
+    figure2_table: pd.DataFrame,
+    figure_plan: dict[str, Any],
+    reporting: ReportingParams | dict[str, Any],
 ) -> Figure:
     """Draw Figure 2 (:func:`hed.report.figures.plot_figure2`) at ``reporting.figure2`` size and
     dpi,
     bars measuring ``reporting.fig2_measure``, one slot per step of ``fig2_steps``."""
-    style = reporting_section(reporting).get("figure2") or {}
+    style = ReportingParams.of(reporting).figure2
     return figures.plot_figure2(
         figure2_table,
         [tuple(panel) for panel in figure_plan["panels"]],
         single_run=figure_plan["figure2_kind"] != PAPER,
-        panel_size=style.get("panel_size", (3.5, 2.8)),
-        dpi=int(style.get("dpi", 200)),
+        panel_size=style["panel_size"],
+        dpi=int(style["dpi"]),
         measure=figure_plan.get("fig2_measure", "count"),
         steps=figure_plan.get("fig2_steps"),
     )
 
 
 def plot_figure3_png(
-    figure3_table: pd.DataFrame, figure_plan: dict[str, Any], reporting: dict[str, Any]
+    figure3_table: pd.DataFrame,
+    figure_plan: dict[str, Any],
+    reporting: ReportingParams | dict[str, Any],
 ) -> Figure:
     """Draw Figure 3 (:func:`hed.report.figures.plot_figure3`) at ``reporting.figure3`` size and
     dpi."""
-    style = reporting_section(reporting).get("figure3") or {}
+    style = ReportingParams.of(reporting).figure3
     return figures.plot_figure3(
         figure3_table,
         [tuple(panel) for panel in figure_plan["panels"]],
         figure_plan["fig3_steps"],
         top_n=int(figure_plan["top_n_words"]),
-        panel_size=style.get("panel_size", (2.6, 3.6)),
-        dpi=int(style.get("dpi", 200)),
+        panel_size=style["panel_size"],
+        dpi=int(style["dpi"]),
     )
 
 
@@ -452,7 +450,7 @@ def build_resolved_config(
 
 
 def build_token_report(
-    reporting: dict[str, Any],
+    reporting: ReportingParams | dict[str, Any],
     checkpoints: dict[str, Any],
     entropy_thresholds: pd.DataFrame,
     prompts: pd.DataFrame,
@@ -478,9 +476,10 @@ def build_token_report(
         ConfigError: a malformed ``reporting.token_report`` section, or ``steps`` matching no
             step.
     """
-    options = token_report.token_report_options(reporting_section(reporting).get("token_report"))
+    options = token_report.token_report_options(ReportingParams.of(reporting).token_report)
     steps = token_report.step_inputs(run_steps, checkpoints, entropy_thresholds, step_tables)
     report = token_report.build_report(steps, options, prompts=prompts)
     for note in report["notes"]:
         logger.info("token report leaves out: %s", note)
     return token_report.render_html(report)
+

@@ -11,6 +11,7 @@ from hed.config.layout import active_params, layout_from_params
 from hed.io.provenance import RUN_CONTEXT
 from hed.pipelines.binding import bound
 
+from .explorer_nodes import build_study_explorer
 from .nodes import (
     build_figure2_table,
     build_figure3_table,
@@ -106,7 +107,53 @@ def create_pipeline(params: dict[str, Any] | None = None, **kwargs) -> Pipeline:
             ),
         ]
     )
-    return figures_pipeline + token_report_pipeline(params)
+    return figures_pipeline + token_report_pipeline(params) + explorer_pipeline(params)
+
+
+def _step_tables(params: dict[str, Any]) -> tuple[list[tuple[str, str, int]], list[str]]:
+    """``(run, role, step)`` of the layout and their ``sequences``/``token_records`` names."""
+    layout = layout_from_params(params)
+    run_steps = [(run.name, run.role, step) for run, step in layout.run_steps()]
+    tables = [
+        f"{run}.step_{step}.{name}"
+        for run, _, step in run_steps
+        for name in ("sequences", "token_records")
+    ]
+    return run_steps, tables
+
+
+def explorer_pipeline(params: dict[str, Any]) -> Pipeline:
+    """The ``build_study_explorer`` node → ``study_explorer_html`` (docs/explorer.md).
+
+    Present when ``reporting.explorer`` is in the parameters and its ``enabled`` is not false.
+    Inputs: ``params:reporting``, ``checkpoints``, ``entropy_thresholds``, ``prompts``, the
+    Figure 2 table, then every (run, step)'s ``sequences`` and ``token_records``.
+
+    Args:
+        params: the environment's parameters (``runs``, ``generation``, ``reporting``).
+    """
+    section = (params.get("reporting") or {}).get("explorer", False)
+    if section is False or (isinstance(section, dict) and section.get("enabled") is False):
+        return Pipeline([])
+    run_steps, tables = _step_tables(params)
+    figure2 = figure2_dataset(params.get("runs") or {})
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="One or more dataset names contain '.'")
+        node = Node(
+            func=bound(build_study_explorer, run_steps=run_steps),
+            inputs=[
+                "params:reporting",
+                "checkpoints",
+                "entropy_thresholds",
+                "prompts",
+                figure2,
+                *tables,
+            ],
+            outputs="study_explorer_html",
+            name="build_study_explorer",
+            tags=["reporting"],
+        )
+    return Pipeline([node])
 
 
 def token_report_pipeline(params: dict[str, Any]) -> Pipeline:
@@ -123,13 +170,7 @@ def token_report_pipeline(params: dict[str, Any]) -> Pipeline:
     section = (params.get("reporting") or {}).get("token_report", False)
     if section is False or (isinstance(section, dict) and section.get("enabled") is False):
         return Pipeline([])
-    layout = layout_from_params(params)
-    run_steps = [(run.name, run.role, step) for run, step in layout.run_steps()]
-    tables = [
-        f"{run}.step_{step}.{name}"
-        for run, _, step in run_steps
-        for name in ("sequences", "token_records")
-    ]
+    run_steps, tables = _step_tables(params)
     with warnings.catch_warnings():
         # `<run>.step_<step>.<table>`: dotted names are the user contract (docs/datasets.md)
         warnings.filterwarnings("ignore", message="One or more dataset names contain '.'")

@@ -20,13 +20,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from hed.decode.loading import load_tokenizer as checkpoint_tokenizer
+from hed.errors import CheckpointError
 from hed.report.token_report.options import RECORD_COLUMNS
 
 logger = logging.getLogger(__name__)
 
 
 def read_response_table(
-    records: ds.Dataset, keys: Sequence[tuple[int, int]], max_tokens: int
+    records: ds.Dataset,
+    keys: Sequence[tuple[int, int]],
+    max_tokens: int,
+    columns: Sequence[str] = RECORD_COLUMNS,
 ) -> pa.Table:
     """The merged records of the responses ``keys``, their first ``max_tokens`` positions only.
 
@@ -38,10 +43,11 @@ def read_response_table(
         records: one step's merged token records (lazy, ``ArrowParquetDataset.load()``).
         keys: (prompt_index, sample_index) pairs.
         max_tokens: positions kept per response.
+        columns: record columns to read (must hold prompt_index, sample_index, position).
 
     Returns:
-        An Arrow table of :data:`RECORD_COLUMNS`, sorted by (prompt_index, sample_index,
-        position).
+        An Arrow table of ``columns`` (default :data:`RECORD_COLUMNS`), sorted by
+        (prompt_index, sample_index, position).
     """
     prompts = sorted({int(p) for p, _ in keys})
     samples = sorted({int(s) for _, s in keys})
@@ -50,7 +56,7 @@ def read_response_table(
         & pc.field("sample_index").isin(pa.array(samples, pa.int16()))
         & (pc.field("position") < max_tokens)
     )
-    table = records.to_table(columns=RECORD_COLUMNS, filter=expr)
+    table = records.to_table(columns=list(columns), filter=expr)
     pair = np.asarray(table["prompt_index"]).astype(np.int64) << 16 | np.asarray(
         table["sample_index"]
     ).astype(np.int64)
@@ -69,14 +75,14 @@ def read_response_records(
 
 
 def load_tokenizer(model_dir: str | Path | None) -> Any | None:
-    """The tokenizer saved in ``model_dir`` (local files only), or None when it cannot load."""
+    """The tokenizer saved in ``model_dir`` (:func:`hed.decode.loading.load_tokenizer`, local
+    files only), or None when it cannot load: the page then names alternatives from the
+    records' own texts."""
     if not model_dir or not Path(model_dir).is_dir():
         return None
     try:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    except Exception as exc:  # any failure means: fall back to the records' own texts
+        return checkpoint_tokenizer(str(model_dir))
+    except CheckpointError as exc:  # fall back to the records' own texts
         logger.warning("token report: no tokenizer in %s (%s)", model_dir, exc)
         return None
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from hed.config.params import non_negative_int, positive_int
+from hed.core.validators import non_negative_int, positive_int
 from hed.errors import ConfigError
 
 FORMAT = "hed.report.token_report/1"

@@ -9,8 +9,10 @@
    the same statistics, measured at 1,024 tokens (at 4,096 it would be 2.5 GB of logits alone;
    the projection to 4,096 is printed).
 2. Speed. The demo model (SmolLM2-135M-Instruct, float32, one thread) samples responses with
-   HED's generation (``generate_sequences``) and the same process then re-scores them with
-   ``score_responses``; tokens/s of both and their ratio.
+   HED's generation (``open_backend("hf", ...).generate``, the contract the generation
+   pipeline uses) and the same process then re-scores them with ``score_responses``; tokens/s
+   of both and their ratio. This is the cost of one teacher-forced pass against one sampling
+   pass; ``bench/pipeline_time.py`` times the whole pipelines.
 
 Usage::
 
@@ -123,24 +125,17 @@ def measure(method: str, length: int, chunk: int) -> dict:
 
 def speed(n_prompts: int, samples: int, max_new_tokens: int) -> None:
     import numpy as np
-    import torch
 
     from hed.decode.embedded import ensure_embedded_checkpoint
-    from hed.decode.hf import (
-        PromptInput,
-        SamplingParams,
-        checkpoint_eos_token_ids,
-        generate_sequences,
-        load_model_and_tokenizer,
-    )
-    from hed.decode.teacher_forced import ResponseToScore, compare_scores, score_responses
+    from hed.decode.factory import open_backend
+    from hed.decode.teacher_forced import compare_scores, score_responses
+    from hed.decode.types import PromptInput, ResponseToScore, SamplingParams
 
-    torch.set_num_threads(1)
     model_dir = ensure_embedded_checkpoint(
         REPO / ".pytest_cache/hed_models/smollm2/global_step_0/actor_hf"
     )
-    model, tokenizer = load_model_and_tokenizer(model_dir, dtype="float32")
-    eos = checkpoint_eos_token_ids(model, tokenizer)
+    backend = open_backend("hf", model_dir, dtype="float32", torch_threads=1)
+    model, tokenizer = backend.model, backend.tokenizer
     questions = [
         json.loads(line)["prompt"] if "prompt" in line else json.loads(line)["problem"]
         for line in (REPO / "data/01_raw/prompts/demo_math.jsonl").read_text().splitlines()
@@ -158,7 +153,7 @@ def speed(n_prompts: int, samples: int, max_new_tokens: int) -> None:
     ]
     params = SamplingParams(max_new_tokens=max_new_tokens, seed=0, batch_size=8)
     start = time.perf_counter()
-    generated = list(generate_sequences(model, tokenizer, prompts, samples, params, eos))
+    generated = list(backend.generate(prompts, samples, params))
     gen_s = time.perf_counter() - start
     n_tokens = sum(len(s.token_ids) for s in generated)
     items = [
@@ -196,7 +191,8 @@ def speed(n_prompts: int, samples: int, max_new_tokens: int) -> None:
         f"top-k ids equal {100 * check.topk_ids_equal_share:.1f}%"
     )
 
-    bf16_model, _ = load_model_and_tokenizer(model_dir, dtype="bfloat16")
+    bf16 = open_backend("hf", model_dir, dtype="bfloat16", torch_threads=1)
+    bf16_model = bf16.model
     scored_bf16 = list(score_responses(bf16_model, items, batch_size=8))
     gap = compare_scores(stack(generated), stack(scored_bf16))
     print(
@@ -204,7 +200,7 @@ def speed(n_prompts: int, samples: int, max_new_tokens: int) -> None:
         f"mean {gap.mean_abs_entropy_diff:.4f}"
     )
     # responses decoded in bfloat16 (as mini_dapo does), re-scored in bfloat16 and in float32
-    generated_bf16 = list(generate_sequences(bf16_model, tokenizer, prompts, samples, params, eos))
+    generated_bf16 = list(bf16.generate(prompts, samples, params))
     prompt_ids = {i.prompt_index: i.prompt_ids for i in items}
     items_bf16 = [
         ResponseToScore(s.prompt_index, s.sample_index, prompt_ids[s.prompt_index], s.token_ids)

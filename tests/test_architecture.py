@@ -51,11 +51,7 @@ TOP = len(LAYERS)
 KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 
 #: Import circles known and being removed, each with the reason (sorted module names).
-KNOWN_CIRCLES: dict[tuple[str, ...], str] = {
-    # open_backend (the contract's module) imports its two backends inside the function, and
-    # they import the contract: a factory module of its own (or a registry) would end it.
-    ("hed.decode.backend", "hed.decode.hf", "hed.decode.vllm"): "open_backend's lazy imports",
-}
+KNOWN_CIRCLES: dict[tuple[str, ...], str] = {}
 
 
 def modules() -> list[Path]:

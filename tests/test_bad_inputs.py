@@ -1451,7 +1451,7 @@ def _(t: Ctx) -> Expect:
 
 @case("outputs-versioned-csv-blocked")
 def _(t: Ctx) -> Expect:
-    install_atomic_local_writes()  # as settings.py does for every kedro run
+    install_atomic_local_writes()  # the filesystem a run's datasets get (AtomicWritesHooks)
     blocker = write_text(t.tmp / "08_reporting", "a file where a folder should be")
     catalog = DataCatalog.from_config(
         {
@@ -2057,7 +2057,7 @@ def full_disk(t: Ctx, limit: int = 512) -> None:
         def __getattr__(self, name: str) -> Any:
             return getattr(self._handle, name)
 
-    install_atomic_local_writes()  # as settings.py does for every kedro run
+    install_atomic_local_writes()  # the filesystem a run's datasets get (AtomicWritesHooks)
     t.monkeypatch.setattr(
         "hed.records.atomic_io.open",
         lambda path, mode="r", *a, **k: FullDiskFile(open(path, mode, *a, **k)),

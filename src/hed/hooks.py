@@ -25,6 +25,7 @@ from hed.errors import ConfigError
 from hed.io import run_lock
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 from hed.pass1.credentials import export_wandb_api_key
+from hed.records.atomic_io import make_dataset_writes_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -301,6 +302,24 @@ def written_by_run(catalog: Any, name: str, run_id: str | None) -> str | None:
 
 #: Dataset types whose outputs the run summary lists (tables and figures).
 _TABLE_TYPES = ("CSVDataset", "MatplotlibDataset", "TextDataset")
+
+
+class AtomicWritesHooks:
+    """Atomic local writes for the datasets of the run (:mod:`hed.records.atomic_io`).
+
+    Before the first node, every dataset the pipeline reads or writes is materialised (as the
+    runner would, patterns included) and a local filesystem in it is replaced by an
+    :class:`~hed.records.atomic_io.AtomicLocalFileSystem` instance; a ``gpu`` node's process
+    receives the datasets with it. fsspec's ``file`` protocol stays fsspec's own.
+    """
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        """Give each of the pipeline's datasets atomic local writes."""
+        for name in sorted(pipeline.datasets()):
+            dataset = catalog.get(name, fallback_to_runtime_pattern=True)
+            if dataset is not None:
+                make_dataset_writes_atomic(dataset)
 
 
 class ShardPartsHooks:

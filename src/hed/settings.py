@@ -4,13 +4,9 @@ import warnings
 
 from hed.config.loader import HEDConfigLoader
 from hed.errors import install_short_tracebacks
-from hed.hooks import ProjectHooks, ProvenanceHooks, ShardPartsHooks
-from hed.records.atomic_io import install_atomic_local_writes
+from hed.hooks import AtomicWritesHooks, ProjectHooks, ProvenanceHooks, ShardPartsHooks
 from hed.records.object_store import install_atomic_object_writes
 
-# Every local file a dataset writes appears only when complete (temporary file + rename),
-# in the `kedro` process and in the runner's subprocesses, which import these settings too.
-install_atomic_local_writes()
 # Object stores (s3://, gs://): a write that raises half-way uploads nothing.
 install_atomic_object_writes()
 # `kedro run` shows HED's one-line errors without Python's traceback (HED_TRACEBACK=1 for it).
@@ -27,7 +23,10 @@ warnings.filterwarnings("ignore", message=r"register_new_resolver\(\) is depreca
 # (update_wrapper); Kedro warns about partials again in every GPURunner child that unpickles one
 warnings.filterwarnings("ignore", message=r"The node producing outputs .* 'partial' function")
 
-HOOKS = (ProjectHooks(), ProvenanceHooks(), ShardPartsHooks())
+# AtomicWritesHooks: every local file a dataset of the run writes appears only when complete
+# (temporary file + rename); fsspec's `file` protocol is not replaced for other libraries.
+# Registered first, so pluggy calls its before_pipeline_run last: after ProjectHooks' checks.
+HOOKS = (AtomicWritesHooks(), ProjectHooks(), ProvenanceHooks(), ShardPartsHooks())
 
 # parameters merge key by key: an environment or --params changes only the keys it names
 CONFIG_LOADER_CLASS = HEDConfigLoader

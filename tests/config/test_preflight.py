@@ -115,6 +115,20 @@ def test_token_report_steps_of_no_run_are_refused_before_generation():
     replot = Pipeline([Node(_identity, "params:reporting", "out", name="reads_reporting")])
     with pytest.raises(ConfigError, match="matches no step of the runs"):
         check_parameters(replot, catalog)
-    # steps: all are known only on disk: not checked here (the node still is)
+    # steps: all are known only on disk: not checked in a re-plot (the node still is) ...
     catalog.save("params:runs", {**RUNS, "a": {**RUNS["a"], "steps": "all"}})
     assert check_parameters(replot, catalog) == ["reporting"]
+
+
+def test_token_report_steps_are_checked_against_steps_all_found_on_disk(tmp_path):
+    """... but a run that reads params:runs has scanned checkpoint_root for `steps: all`."""
+    for step in (0, 10):
+        (tmp_path / f"global_step_{step}" / "actor_hf").mkdir(parents=True)
+    runs = {"a": {"role": "with_clip", "checkpoint_root": str(tmp_path), "steps": "all"}}
+    reporting = {**REPORTING, "fig3": {"steps": [10]}, "token_report": {"steps": [20, 80, 200]}}
+    with pytest.raises(ConfigError) as raised:
+        _run({"runs": runs, "reporting": reporting})
+    assert str(raised.value).startswith(
+        "reporting.token_report.steps [20, 80, 200] matches no step of the runs "
+        "(steps available: [0, 10])"
+    )

@@ -12,7 +12,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from hed.decode.backend import BACKENDS, DecodingBackend, generate_shard_sequences, open_backend
+from hed.decode.backend import BACKENDS, DecodingBackend, generate_shard_sequences
+from hed.decode.factory import open_backend
 from hed.decode.types import (
     FINISH_LENGTH,
     GeneratedSequence,

@@ -407,3 +407,51 @@ def test_node_is_in_the_reporting_pipeline_when_configured():
     ]
     off = create_pipeline(params={"runs": runs, "reporting": {"explorer": {"enabled": False}}})
     assert "build_study_explorer" not in {n.name for n in off.nodes}
+
+
+def test_node_builds_the_page_from_the_catalog_inputs(demo):
+    """``build_study_explorer`` with its catalog inputs: thresholds per step, the Figure 2
+    table's rows (pass@1 of the figure source, not recomputed), the options of
+    ``params:reporting``, every step's tables."""
+    from hed.pipelines.reporting.explorer_nodes import build_study_explorer
+
+    tables, _ = demo
+    thresholds = pd.DataFrame(
+        [
+            {"run": RUN, "step": s, "top_entropy_frac": 0.2, "threshold": seqs.attrs["threshold"]}
+            for s, (_, seqs) in tables.items()
+        ]
+    )
+    figure2 = pd.DataFrame(
+        {
+            "run": [RUN, RUN],
+            "role": ["single", "single"],
+            "step": list(STEPS),
+            "n_high_entropy": [11, 12],
+            "anthropomorphic_count": [3, 4],
+            "pass1": [0.25, 0.75],
+            "pass1_source": ["csv", "csv"],
+        }
+    )
+    page = build_study_explorer(
+        {"explorer": {"responses_per_step": 2, "seed": 1, "estimator": "dr_grpo"}},
+        {},
+        thresholds,
+        demo_prompts(),
+        figure2,
+        *[t for s in STEPS for t in (tables[s][1], tables[s][0])],
+        run_steps=[(RUN, "single", s) for s in STEPS],
+    )
+    blob = page.split('<script type="application/json" id="hed-data">')[1].split("</script>")[0]
+    index = json.loads(blob)
+    (run,) = index["runs"]
+    assert [s["threshold"] for s in run["steps"]] == [
+        float(f"{t:.4g}") for t in thresholds["threshold"]
+    ]
+    assert [(r["step"], r["anthro"], r["pass1"]) for r in run["fig2"]] == [
+        (0, 3, 0.25),
+        (20, 4, 0.75),
+    ]
+    assert index["options"]["estimator"] == "dr_grpo"
+    assert run["keys"] == [list(k) for k in tr.choose_keys(DEMO, 2, seed=1)]
+    assert page.count('<script type="application/json" id="hed-block-') == len(STEPS)

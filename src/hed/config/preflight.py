@@ -184,7 +184,7 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         reporting = parsed["reporting"] = params.reporting_params(load("reporting"))
         if reporting.strict:
             check_strict_completeness(reporting, load("runs") or {}, load("metrics"))
-        check_token_report_steps(reporting, load("runs") or {})
+        check_token_report_steps(reporting, load("runs") or {}, parsed.get("runs"))
         if reporting.raw.get("explorer") is not None:  # the study explorer's bounds
             from hed.report.explorer import explorer_options
 
@@ -277,17 +277,23 @@ def check_strict_completeness(
         )
 
 
-def check_token_report_steps(reporting: params.ReportingParams, runs: Mapping[str, Any]) -> None:
+def check_token_report_steps(
+    reporting: params.ReportingParams,
+    runs: Mapping[str, Any],
+    study: layout.StudyLayout | None = None,
+) -> None:
     """Refuse ``reporting.token_report.steps`` or ``reporting.explorer.steps`` that match no
     step of any run, before generation.
 
     ``build_token_report`` and the explorer's node raise the same errors, but only after every
-    shard has been generated. Runs with ``steps: all`` have steps known only on disk: then
-    nothing is checked.
+    shard has been generated. ``steps: all`` is resolved by ``study`` (the layout of a run
+    that reads ``params:runs``, found on disk); without it (a re-plot) such a run's steps are
+    unknown and nothing is checked.
 
     Args:
         reporting: the checked ``params:reporting``.
         runs: ``params:runs``.
+        study: the parsed layout of ``params:runs``, when the pipeline reads it.
 
     Raises:
         ConfigError: the wording of :func:`hed.report.token_report.payload.build_report` and
@@ -301,11 +307,14 @@ def check_token_report_steps(reporting: params.ReportingParams, runs: Mapping[st
         "explorer": explorer_options(reporting.raw.get("explorer")),
     }
     available: set[int] = set()
-    for name, cfg in runs.items():
-        steps = (cfg or {}).get("steps", "all")
-        if steps == "all":
-            return
-        available |= set(params.step_list(steps, f"runs.{name}.steps") or [])
+    if study is not None:
+        available = {step for _, step in study.run_steps()}
+    else:
+        for name, cfg in runs.items():
+            steps = (cfg or {}).get("steps", "all")
+            if steps == "all":
+                return
+            available |= set(params.step_list(steps, f"runs.{name}.steps") or [])
     for key, options in pages.items():
         if runs and options.enabled and options.steps is not None:
             if not available & set(options.steps):

@@ -2,7 +2,7 @@
 
 :class:`VLLMBackend` implements the decoding contract (:mod:`hed.decode.backend`) and yields
 the same :class:`hed.records.sequence.GeneratedSequence` objects as the hf backend;
-``generation.backend`` chooses which one :func:`hed.decode.backend.open_backend` opens. The
+``generation.backend`` chooses which one :func:`hed.decode.factory.open_backend` opens. The
 records come from
 :class:`hed.decode.vllm_processor.DecodeRecordingProcessor`, which sees the sampler's raw float32
 logits (that module's docstring has the order of vLLM's sampler).

@@ -1,10 +1,14 @@
-"""Atomic writes for every local file a Kedro dataset saves.
+"""Atomic writes for every local file HED's datasets save.
 
-kedro-datasets write through fsspec: ``with self._fs.open(path, "wb") as f: ...``. HED registers
-:class:`AtomicLocalFileSystem` as fsspec's ``file``/``local`` implementation (from
-``settings.py``, so in the ``kedro`` process and in every runner subprocess). For write modes it
-opens a temporary file in the target folder and renames it onto the target only when the
-``with`` block ends without an exception; on an exception or a killed process the target is
+kedro-datasets write through fsspec: ``with self._fs.open(path, "wb") as f: ...``. Each dataset
+of a run's catalog gets an :class:`AtomicLocalFileSystem` instance as its ``_fs``
+(:func:`make_dataset_writes_atomic`, from ``hed.hooks.AtomicWritesHooks`` before the first node;
+a ``gpu`` node's process receives the dataset with it), and HED's own datasets open local paths
+through one (:func:`atomic_filesystem`). fsspec's ``file`` protocol itself is left alone, so
+pandas, transformers, vLLM or any other library writing through fsspec in the same process get
+plain ``LocalFileSystem`` writes. For write modes :class:`AtomicLocalFileSystem` opens a
+temporary file in the target folder and renames it onto the target only when the ``with``
+block ends without an exception; on an exception or a killed process the target is
 never created, so neither ``exists()``, ``--only-missing-outputs`` nor a later load sees a
 half-written CSV, JSON, Parquet or PNG.
 
@@ -408,11 +412,39 @@ class AtomicLocalFileSystem(LocalFileSystem):
         return super().open(path, mode, *args, **kwargs)
 
 
-def install_atomic_local_writes() -> None:
-    """Register :class:`AtomicLocalFileSystem` for fsspec's ``file`` and ``local`` protocols.
+def atomic_filesystem(fs: Any) -> Any:
+    """``fs`` with atomic local writes: for a plain fsspec ``LocalFileSystem``, an
+    :class:`AtomicLocalFileSystem` with the same options; any other filesystem (an object
+    store, one already atomic) is returned as it is."""
+    if isinstance(fs, LocalFileSystem) and not isinstance(fs, AtomicLocalFileSystem):
+        return AtomicLocalFileSystem(**fs.storage_options)
+    return fs
 
-    Idempotent. Filesystem objects created before the call keep plain writes, so call it before
-    the catalog is built (``settings.py`` does).
+
+def make_dataset_writes_atomic(dataset: Any) -> bool:
+    """Give one catalog dataset atomic local writes, without touching fsspec's registry.
+
+    kedro-datasets' file datasets (pandas, json, text, matplotlib, ...) and HED's own keep their
+    fsspec filesystem in ``_fs`` and save through ``self._fs.open``: a local one is replaced by
+    :func:`atomic_filesystem`. Datasets without ``_fs`` (memory, shared memory) are left alone.
+
+    Returns:
+        True when the dataset's filesystem was replaced.
+    """
+    fs = getattr(dataset, "_fs", None)
+    atomic = atomic_filesystem(fs)
+    if fs is None or atomic is fs:
+        return False
+    dataset._fs = atomic
+    return True
+
+
+def install_atomic_local_writes() -> None:
+    """Register :class:`AtomicLocalFileSystem` for fsspec's ``file`` and ``local`` protocols,
+    for the whole process (tests of the filesystem itself; HED's runs do not call it: they use
+    :func:`make_dataset_writes_atomic` on their datasets).
+
+    Idempotent. Filesystem objects created before the call keep plain writes.
     """
     for protocol in ("file", "local"):
         fsspec.register_implementation(protocol, AtomicLocalFileSystem, clobber=True)

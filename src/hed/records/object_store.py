@@ -18,7 +18,12 @@ from typing import Any
 
 import fsspec
 
-from hed.records.atomic_io import AtomicTextWrapper, owned_temporary_folder, write_error
+from hed.records.atomic_io import (
+    AtomicTextWrapper,
+    atomic_filesystem,
+    owned_temporary_folder,
+    write_error,
+)
 
 # ------------------------------------------------------------------ object stores (fsspec URLs)
 #
@@ -61,7 +66,7 @@ def filesystem_of(path: str | os.PathLike, **storage_options: Any) -> tuple[Any,
             ``fs_args``, e.g. ``client_kwargs: {endpoint_url: ...}``).
     """
     protocol, bare = split_url(path)
-    return fsspec.filesystem(protocol, **storage_options), bare
+    return atomic_filesystem(fsspec.filesystem(protocol, **storage_options)), bare
 
 
 def upload_atomically(fs: Any, remote_path: str, write: Any, suffix: str = "") -> Any:

@@ -187,7 +187,7 @@ def generate_shard(  # noqa: PLR0917 - Kedro passes the inputs by name
     """Sample responses for one shard of one checkpoint and record every generated token.
 
     Opens the checkpoint of (``run``, ``step``) with ``generation.backend``
-    (:func:`hed.decode.backend.open_backend`: ``hf``, transformers ``generate``, or ``vllm``,
+    (:func:`hed.decode.factory.open_backend`: ``hf``, transformers ``generate``, or ``vllm``,
     one vLLM engine started and shut down inside this call; both yield the same records),
     takes the prompts with ``prompt_index % num_shards == shard``, samples
     ``samples_per_prompt`` responses each and records per token the exact decode-time entropy
@@ -224,7 +224,8 @@ def generate_shard(  # noqa: PLR0917 - Kedro passes the inputs by name
         CheckpointError: the model cannot be loaded (vllm: or its architecture is not one
             vLLM implements).
     """
-    from hed.decode.backend import generate_shard_sequences, open_backend
+    from hed.decode.backend import generate_shard_sequences
+    from hed.decode.factory import open_backend
 
     generation = GenerationParams.of(params)
     lexicon = None if aggregation is None else lexicon_param(aggregation)

@@ -235,7 +235,7 @@ def rescore_shard(
         CheckpointError: the checkpoint cannot be loaded or has an unsupported head.
         InputDataError: a token id outside the checkpoint's vocabulary.
     """
-    from hed.decode.backend import open_backend
+    from hed.decode.factory import open_backend
     from hed.decode.prompts import render_prompt
     from hed.decode.teacher_forced import score_responses
 

@@ -57,6 +57,7 @@ from hed.io.datasets import (
     PublishedArtifactsDataset,
     write_parquet_atomically,
 )
+from hed.io.freshness import Freshness, StaleInputError, update_command
 from hed.mini_rl.config import training_specs
 from hed.mini_rl.manifest import clear_run_outputs
 from hed.pass1.sources import parse_run_config
@@ -2208,6 +2209,53 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# ------------------------------------------------------------------ freshness (computed_from)
+
+
+class _RecordingNode:
+    """What :meth:`hed.io.freshness.Freshness.node_ran` reads of a Kedro node."""
+
+    def __init__(self, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> None:
+        self.inputs, self.outputs = inputs, outputs
+
+
+def stale_check(ctx: Ctx, recorded: dict[str, Any], current: dict[str, Any]) -> Callable[[], Any]:
+    """A table saved under ``recorded`` parameters, then checked against ``current``."""
+    fresh = Freshness(str(ctx.tmp / "data"))
+    node = _RecordingNode(tuple(f"params:{k}" for k in recorded), ("entropy_thresholds",))
+    fresh.node_ran(node, recorded)
+    fresh.saved("entropy_thresholds")
+    later = Freshness(str(ctx.tmp / "data"))
+    command = update_command(["aggregation"], ["reporting"])
+    return lambda: later.check(["entropy_thresholds"], current, lambda _: command)
+
+
+@case("freshness-stale-parameter")
+def _(t: Ctx) -> Expect:
+    call = stale_check(
+        t, {"aggregation": {"top_entropy_frac": 0.2}}, {"aggregation": {"top_entropy_frac": 0.1}}
+    )
+    return Expect(
+        call,
+        StaleInputError,
+        ("entropy_thresholds is stale", "aggregation.top_entropy_frac was 0.2 then, is 0.1 now",
+         "kedro run --pipelines aggregation,reporting", "or set aggregation.top_entropy_frac: 0.2"),
+    )  # fmt: skip
+
+
+@case("freshness-stale-pass1-file")
+def _(t: Ctx) -> Expect:
+    csv = write_text(t.tmp / "pass1.csv", "step,pass1\n0,0.25\n")
+    metrics = {"runs": {"dapo": {"sources": {"csv": {"path": str(csv)}}}}}
+    call = stale_check(t, {"metrics": metrics}, {"metrics": metrics})
+    csv.write_text("step,pass1\n0,0.5\n")
+    return Expect(
+        call,
+        StaleInputError,
+        (f"{csv} (metrics.runs.dapo.sources.csv.path) has changed since", "or restore the file"),
+    )
 
 
 #: cases that run a vLLM engine (not run where vLLM cannot be installed: tests/vllm_gate.py)

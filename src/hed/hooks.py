@@ -23,9 +23,11 @@ from hed.config import layout, params
 from hed.config.preflight import check_reused_shards, hand_to_nodes, parsed_sections
 from hed.errors import ConfigError
 from hed.io import run_lock
+from hed.io.freshness import Freshness, update_command
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 from hed.pass1.credentials import export_wandb_api_key
 from hed.records.atomic_io import make_dataset_writes_atomic
+from hed.runners.resume import resume_command, resume_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -354,3 +356,95 @@ class ShardPartsHooks:
             del self._areas[node.name]
             for area in areas:
                 area.clear()
+
+
+class ResumeHooks:
+    """After a failed run of a runner that stops at the first error (Kedro's
+    ``SequentialRunner``, ``ThreadRunner``): log the command that resumes it.
+
+    The command starts at the nearest nodes whose inputs are on disk
+    (:func:`hed.runners.resume.resume_nodes`), so it runs even when the failed node read data
+    kept only in memory. ``GPURunner`` and ``RayRunner`` name their own command in their
+    ``FailedNodesError`` (computed the same way); nothing is logged for those.
+    """
+
+    def __init__(self) -> None:
+        self._completed: set[str] = set()
+
+    @hook_impl
+    def before_pipeline_run(self) -> None:
+        self._completed = set()
+
+    @hook_impl
+    def after_node_run(self, node: Any) -> None:
+        self._completed.add(node.name)
+
+    @hook_impl
+    def on_pipeline_error(self, error: Exception, pipeline: Any, catalog: Any) -> None:
+        """Log ``Resume with: kedro run ... --from-nodes ...`` (:func:`resume_command`)."""
+        from hed.errors import NodeFailuresError
+
+        if isinstance(error, NodeFailuresError | KeyboardInterrupt):
+            return  # the runner's own message names the command
+        unfinished = [node.name for node in pipeline.nodes if node.name not in self._completed]
+        starts = resume_nodes(pipeline, unfinished, catalog)
+        if starts:
+            logger.warning(
+                "%d node(s) did not complete; resume with:\n  %s",
+                len(unfinished),
+                resume_command(starts),
+            )
+
+
+class FreshnessHooks:
+    """``computed_from``: record what each saved dataset was computed from, and refuse a run
+    that would read a stale one (:mod:`hed.io.freshness`).
+
+    Registered last in ``settings.HOOKS`` so that its ``before_pipeline_run`` runs first
+    (pluggy calls the last registered first): a refusal comes before the run lock is taken.
+    ``gpu`` nodes (shards, with their own metadata) are not recorded.
+    """
+
+    def __init__(self) -> None:
+        self._fresh: Freshness | None = None
+        self._parameters: dict[str, Any] = {}
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        """Refuse when a dataset the pipeline reads is stale (:meth:`Freshness.check`)."""
+        self._fresh = Freshness(layout.data_root())
+        self._parameters = catalog.load("parameters")
+        asked = run_params.get("pipeline_names") or []
+        self._fresh.check(
+            pipeline.inputs(),
+            self._parameters,
+            lambda dataset: update_command(_producers(dataset), asked),
+        )
+
+    @hook_impl
+    def after_node_run(self, node: Any) -> None:
+        if self._fresh is not None and "gpu" not in node.tags:
+            self._fresh.node_ran(node, self._parameters)
+
+    @hook_impl
+    def after_dataset_saved(self, dataset_name: str, node: Any) -> None:
+        if self._fresh is not None and "gpu" not in node.tags:
+            self._fresh.saved(dataset_name)
+
+
+def _producers(dataset: str) -> list[str]:
+    """The pipelines of the project (not ``__default__``) that write ``dataset``.
+
+    Built here, not taken from the session's registry: ``--pipelines reporting`` loads only
+    the pipelines asked for. Called only to word a refusal.
+    """
+    from kedro.framework.project import find_pipelines, pipelines
+
+    # Kedro 1.7's find_pipelines builds only the CLI's --pipelines while they are set
+    requested = pipelines._requested_pipelines
+    pipelines._requested_pipelines = None
+    try:
+        built = find_pipelines(raise_errors=False)
+    finally:
+        pipelines._requested_pipelines = requested
+    return [name for name in sorted(built) if dataset in built[name].all_outputs()]

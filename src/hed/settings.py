@@ -4,7 +4,14 @@ import warnings
 
 from hed.config.loader import HEDConfigLoader
 from hed.errors import install_short_tracebacks
-from hed.hooks import AtomicWritesHooks, ProjectHooks, ProvenanceHooks, ShardPartsHooks
+from hed.hooks import (
+    AtomicWritesHooks,
+    FreshnessHooks,
+    ProjectHooks,
+    ProvenanceHooks,
+    ResumeHooks,
+    ShardPartsHooks,
+)
 from hed.records.object_store import install_atomic_object_writes
 
 # Object stores (s3://, gs://): a write that raises half-way uploads nothing.
@@ -26,7 +33,16 @@ warnings.filterwarnings("ignore", message=r"The node producing outputs .* 'parti
 # AtomicWritesHooks: every local file a dataset of the run writes appears only when complete
 # (temporary file + rename); fsspec's `file` protocol is not replaced for other libraries.
 # Registered first, so pluggy calls its before_pipeline_run last: after ProjectHooks' checks.
-HOOKS = (AtomicWritesHooks(), ProjectHooks(), ProvenanceHooks(), ShardPartsHooks())
+# FreshnessHooks last: its before_pipeline_run runs first (a stale input is refused before the
+# run lock is taken).
+HOOKS = (
+    AtomicWritesHooks(),
+    ProjectHooks(),
+    ProvenanceHooks(),
+    ShardPartsHooks(),
+    ResumeHooks(),
+    FreshnessHooks(),
+)
 
 # parameters merge key by key: an environment or --params changes only the keys it names
 CONFIG_LOADER_CLASS = HEDConfigLoader

@@ -54,7 +54,8 @@ class FailedNodesError(NodeFailuresError):
     Attributes:
         failures: failed node name → one-line reason.
         skipped: node not run → the failed or skipped upstream nodes it needed.
-        resume_command: the ``kedro run ... --from-nodes <failed>`` command to run next.
+        resume_command: the ``kedro run ... --from-nodes <start>`` command to run next
+            (:func:`hed.runners.resume.resume_nodes`).
     """
 
     def __init__(
@@ -68,7 +69,11 @@ class FailedNodesError(NodeFailuresError):
         if skipped:
             names = ", ".join(sorted(skipped, key=dispatch_key))
             lines.append(f"{len(skipped)} node(s) downstream of them did not run: {names}")
-        lines += ["Rerun the failed nodes and everything after them with:", f"  {resume_command}"]
+        lines += [
+            "Rerun them (from the nearest nodes whose inputs are on disk) and everything after "
+            "them with:",
+            f"  {resume_command}",
+        ]
         super().__init__("\n".join(lines))
 
     def __reduce__(self) -> tuple[Any, ...]:

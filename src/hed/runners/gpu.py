@@ -30,13 +30,10 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
-import sys
 from collections.abc import Iterable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
-import click
 from kedro.runner import AbstractRunner, ParallelRunner
 from kedro.runner.parallel_runner import ParallelRunnerManager
 
@@ -44,6 +41,7 @@ from hed.config.params import is_integer
 from hed.errors import ConfigError
 from hed.runners.executor import GPU_TAG, FailedNodesError, NodeExecutor, RunInterruptedError
 from hed.runners.process import exit_with_parent, sigterm_as_exit
+from hed.runners.resume import resume_command, resume_nodes
 from hed.runners.slots import GpuSpec, Slot, dispatch_key, raw_runner_param, resolve_slots
 
 if TYPE_CHECKING:
@@ -166,48 +164,38 @@ class GPURunner(ParallelRunner):
                 for n in unfinished
                 if not any(d.name not in settled for d in self._dependencies.get(n, ()))
             ]
+            starts = resume_nodes(pipeline, first, catalog)
             raise RunInterruptedError(
                 f"interrupted (Ctrl-C): {len(pipeline.nodes) - len(unfinished)} of "
                 f"{len(pipeline.nodes)} node(s) completed and kept their outputs; resume with: "
-                f"{self.resume_command(first)}"
+                f"{self.resume_command(starts)}"
             ) from None
         executor = self._executor
         if executor is not None and executor.failures:
-            raise FailedNodesError(
-                executor.failures, executor.skipped, self.resume_command(executor.failures)
-            )
+            starts = resume_nodes(pipeline, executor.failures, catalog)
+            raise FailedNodesError(executor.failures, executor.skipped, self.resume_command(starts))
 
     def __del__(self) -> None:
         if getattr(self, "_manager", None) is not None:
             super().__del__()
 
-    def resume_command(self, failed_nodes: Iterable[str]) -> str:
-        """The command that reruns the failed nodes and everything downstream of them.
+    def resume_command(self, start_nodes: Iterable[str]) -> str:
+        """The command that reruns ``start_nodes`` and everything downstream of them.
 
-        ``--from-nodes <failed>``, not ``--only-missing-outputs``: that flag skips every node
-        whose outputs exist, and with Kedro's versioned datasets an older run's tables and
-        figures exist, so the nodes downstream of a regenerated shard would not run again.
-        Every node that is not downstream of a failure has completed (siblings go on).
+        ``--from-nodes``, not ``--only-missing-outputs``: that flag skips every node whose
+        outputs exist, and with Kedro's versioned datasets an older run's tables and figures
+        exist, so the nodes downstream of a regenerated shard would not run again. Every node
+        that is not downstream of a failure has completed (siblings go on).
 
-        Under ``kedro run`` it is that very command with ``--from-nodes`` (an earlier
-        ``--from-nodes`` and ``--only-missing-outputs`` are dropped); otherwise a ``kedro run``
-        with this runner, its parameters and ``--env $KEDRO_ENV`` when set.
+        Under ``kedro run`` it is that very command with ``--from-nodes``
+        (:func:`hed.runners.resume.resume_command`); otherwise a ``kedro run`` with this
+        runner, its parameters and ``--env $KEDRO_ENV`` when set.
 
         Args:
-            failed_nodes: names of the nodes that failed.
+            start_nodes: where the resume starts (:func:`hed.runners.resume.resume_nodes`:
+                the failed nodes, or the nearest nodes upstream of them whose inputs are on
+                disk).
         """
-        from_nodes = ["--from-nodes", ",".join(sorted(failed_nodes, key=dispatch_key))]
-        ctx = click.get_current_context(silent=True)
-        if ctx is not None and ctx.command.name == "run":
-            args, dropped = [], False
-            for arg in sys.argv[1:]:
-                if dropped:
-                    dropped = False
-                elif arg == "--from-nodes":
-                    dropped = True
-                elif arg != "--only-missing-outputs" and not arg.startswith("--from-nodes="):
-                    args.append(arg)
-            return shlex.join(["kedro", *args, *from_nodes])
         env = os.environ.get("KEDRO_ENV")
         # the name users type (hed.runners.<Runner>), not the defining module's
         module = type(self).__module__
@@ -215,7 +203,8 @@ class GPURunner(ParallelRunner):
             module = "hed.runners"
         runner = f"{module}.{type(self).__qualname__}"
         args = ["--runner", runner, "--runner-params", self._runner_params()]
-        return shlex.join(["kedro", "run", *(["--env", env] if env else []), *args, *from_nodes])
+        fallback = ["run", *(["--env", env] if env else []), *args]
+        return resume_command(sorted(start_nodes, key=dispatch_key), fallback)
 
     def _runner_params(self) -> str:
         ids = [slot.cuda_visible_devices for slot in self._slots]

@@ -50,6 +50,7 @@ from hed.runners.process import (
     sigterm_as_exit,
     traceback_to_log,
 )
+from hed.runners.resume import resume_nodes
 from hed.runners.slots import Slot
 
 if TYPE_CHECKING:
@@ -362,13 +363,12 @@ class RayRunner(AbstractRunner):
             AbstractRunner._run(self, pipeline, catalog, hook_manager, run_id)
         executor = self._executor
         if executor is not None and executor.failures:
-            raise FailedNodesError(
-                executor.failures, executor.skipped, self.resume_command(executor.failures)
-            )
+            starts = resume_nodes(pipeline, executor.failures, catalog)
+            raise FailedNodesError(executor.failures, executor.skipped, self.resume_command(starts))
 
-    def resume_command(self, failed_nodes: Iterable[str]) -> str:
+    def resume_command(self, start_nodes: Iterable[str]) -> str:
         """``GPURunner.resume_command`` for this runner (named ``hed.runners.RayRunner``)."""
-        command = GPURunner.resume_command(self, failed_nodes)  # type: ignore[arg-type]
+        command = GPURunner.resume_command(self, start_nodes)  # type: ignore[arg-type]
         return command.replace(f"{__name__}.RayRunner", "hed.runners.RayRunner")
 
     def _runner_params(self) -> str:

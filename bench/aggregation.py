@@ -218,6 +218,9 @@ def synthesise(root: Path, n_tokens: int, num_shards: int = 8, seed: int = 0) ->
                 ),
                 "topk_probs": pa.ListArray.from_arrays(offsets, pa.array(top.reshape(-1))),
                 "is_special": special,
+                # the word-start mass columns, as a recorder writes them (8 bytes per record)
+                "anthropomorphic_mass": (0.1 * top[:, 0]).astype(np.float32),
+                "reasoning_mass": (0.2 * top[:, 0]).astype(np.float32),
             },
             schema=TOKEN_RECORD_SCHEMA,
         )

@@ -90,6 +90,8 @@ def synthetic_step(run: str, step: int, responses: int, tokens: int):
             "topk_token_ids": pa.FixedSizeListArray.from_arrays(pa.array(topk.ravel()), 5),
             "topk_probs": pa.FixedSizeListArray.from_arrays(pa.array(probs.ravel()), 5),
             "is_special": np.zeros(n, bool),
+            "anthropomorphic_mass": pa.nulls(n, pa.float32()),  # not recorded here
+            "reasoning_mass": pa.nulls(n, pa.float32()),
             "word": pa.array(word_of[ids]),
             "category": pa.array(category_of[ids]),
             "is_high_entropy": ent >= np.quantile(ent, 0.8),

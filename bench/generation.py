@@ -5,12 +5,16 @@ Speed: the demo model (SmolLM2-135M-Instruct, converted once by
 settings, set explicitly (temperature T, top-k off, top-p 1), twice per repeat:
 
 * plain: ``model.generate(do_sample=True, temperature=T, top_k=0, top_p=1.0)``, no scores;
-* HED: ``hed.decode.hf.generate_sequences`` (recorder, Gumbel sampler, records, token text).
+* HED: ``hed.decode.hf.generate_sequences`` (recorder, Gumbel sampler, records, token text);
+* HED + word mass: the same with the ``anthropomorphic_mass`` / ``reasoning_mass`` columns
+  (the default lexicon's word-start ids, :mod:`hed.core.propensity`).
 
-EOS is disabled in both so every sequence generates exactly ``--new-tokens`` tokens. The two
-runs alternate (plain first on even repeats, HED first on odd ones) and the ratio
-``HED tokens/s ÷ plain tokens/s`` is taken per repeat; the median is reported, in wall-clock
-time and per process CPU second (the steadier figure on a shared CPU with ``--threads 1``).
+EOS is disabled in all so every sequence generates exactly ``--new-tokens`` tokens. The runs
+alternate (plain first on even repeats, last on odd ones) and the ratios
+``HED tokens/s ÷ plain tokens/s`` (with and without the mass columns) are taken per repeat; the
+medians are reported, in wall-clock time and per process CPU second (the steadier figure on a
+shared CPU with ``--threads 1``), with the ratio of the two (target: at most 1 % lower with the
+columns).
 
 Memory (printed first): the recorder and sampler are driven directly with synthetic logits of a
 ``--memory-vocab`` vocabulary (Qwen's 151,936 by default) for ``--memory-steps`` decode steps
@@ -186,6 +190,26 @@ def open_hf(args) -> HFBackend:
     return backend
 
 
+def default_word_mass_ids(tokenizer) -> dict:
+    """The word-start ids of conf/base's lexicon for ``tokenizer`` (:mod:`hed.core.propensity`)."""
+    import yaml
+
+    from hed.core.lexicon import parse_lexicon
+    from hed.core.propensity import tokenizer_word_start_ids
+
+    conf = yaml.safe_load((REPO_ROOT / "conf/base/parameters_aggregation.yml").read_text())
+    return tokenizer_word_start_ids(tokenizer, parse_lexicon(conf["aggregation"]["lexicon"]))
+
+
+def run_hed_mass(backend: HFBackend, prompts, args) -> tuple[Stopwatch, int]:
+    """:func:`run_hed` with the word-start mass columns recorded."""
+    backend.mass_ids = args.mass_ids
+    try:
+        return run_hed(backend, prompts, args)
+    finally:
+        backend.mass_ids = None
+
+
 def run_hed(backend: HFBackend, prompts, args) -> tuple[Stopwatch, int]:
     """HED's recorded generation (records and token text); returns (timings, tokens)."""
     params = SamplingParams(
@@ -213,12 +237,17 @@ def bench_speed(args) -> None:
         f"{args.new_tokens} new tokens, T={args.temperature}, top_k off, top_p 1.0, "
         f"{torch.get_num_threads()} CPU threads, stats_kernel {args.stats_kernel}"
     )
+    args.mass_ids = default_word_mass_ids(backend.tokenizer)
+    print(f"word mass: {', '.join(f'{c} {len(v)} ids' for c, v in args.mass_ids.items())}")
     run_plain(backend, prompts, args)  # warm-up
     run_hed(backend, prompts, args)
-    rates: dict[str, list[float]] = {"plain": [], "hed": [], "plain_cpu": [], "hed_cpu": []}
-    wall_ratios, cpu_ratios = [], []
+    run_hed_mass(backend, prompts, args)
+    rates: dict[str, list[float]] = {
+        "plain": [], "hed": [], "mass": [], "plain_cpu": [], "hed_cpu": [], "mass_cpu": []
+    }  # fmt: skip
+    wall_ratios, cpu_ratios, mass_wall, mass_cpu = [], [], [], []
     for repeat in range(args.repeats):
-        order = [("plain", run_plain), ("hed", run_hed)]
+        order = [("plain", run_plain), ("hed", run_hed), ("mass", run_hed_mass)]
         watches = {}
         for name, runner in order if repeat % 2 == 0 else order[::-1]:
             watch, tokens = runner(backend, prompts, args)
@@ -229,10 +258,14 @@ def bench_speed(args) -> None:
             rates[f"{name}_cpu"].append(tokens / watch.cpu)
         wall_ratios.append(watches["plain"].wall / watches["hed"].wall)
         cpu_ratios.append(watches["plain"].cpu / watches["hed"].cpu)
+        mass_wall.append(watches["plain"].wall / watches["mass"].wall)
+        mass_cpu.append(watches["plain"].cpu / watches["mass"].cpu)
         print(
             f"  repeat {repeat}: plain {rates['plain'][-1]:7.1f} tok/s   "
             f"HED {rates['hed'][-1]:7.1f} tok/s   ratio {wall_ratios[-1]:.3f}   "
-            f"(per CPU second: ratio {cpu_ratios[-1]:.3f})"
+            f"(per CPU second: ratio {cpu_ratios[-1]:.3f})   with word mass: "
+            f"{rates['mass'][-1]:7.1f} tok/s, ratio {mass_wall[-1]:.3f} "
+            f"(per CPU second {mass_cpu[-1]:.3f})"
         )
     median = statistics.median
     print(
@@ -240,6 +273,11 @@ def bench_speed(args) -> None:
         f"tok/s, HED/plain {median(wall_ratios):.3f} (target >= 0.93); per process CPU "
         f"second: plain {median(rates['plain_cpu']):.1f}, HED {median(rates['hed_cpu']):.1f}, "
         f"HED/plain {median(cpu_ratios):.3f}"
+    )
+    print(
+        f"word mass columns: HED+mass/plain {median(mass_wall):.3f} (per CPU second "
+        f"{median(mass_cpu):.3f}); with ÷ without: {median(mass_wall) / median(wall_ratios):.4f} "
+        f"wall, {median(mass_cpu) / median(cpu_ratios):.4f} per CPU second (target >= 0.99)"
     )
 
 
@@ -404,17 +442,24 @@ def bench_vllm(args) -> None:
             outputs = engine.llm.generate(inputs, plain_requests(), use_tqdm=False)
         return watch, sum(len(o.outputs[0].token_ids) for o in outputs)
 
-    def run_recorded(engine) -> tuple[Stopwatch, int]:
+    def run_recorded(engine, mass_ids=None) -> tuple[Stopwatch, int]:
         with Stopwatch(args.device) as watch:
-            sequences = list(engine.run(tokenizer, prompts, 1, params, []))
+            sequences = list(engine.run(tokenizer, prompts, 1, params, [], mass_ids=mass_ids))
         return watch, sum(s.n_tokens for s in sequences)
+
+    mass_ids = default_word_mass_ids(tokenizer)
+
+    def run_recorded_mass(engine) -> tuple[Stopwatch, int]:
+        return run_recorded(engine, mass_ids)
 
     def check(name: str, tokens: int) -> None:
         if tokens != expected:
             raise RuntimeError(f"{name} generated {tokens} tokens, not {expected}")
 
     median = statistics.median
-    rates: dict[str, list[float]] = {"plain": [], "inert": [], "recorder": [], "hf": []}
+    rates: dict[str, list[float]] = {
+        "plain": [], "inert": [], "recorder": [], "mass": [], "hf": []
+    }  # fmt: skip
     engine = RecordingEngine(arguments, record=False)
     try:
         run_plain_vllm(engine)  # warm-up
@@ -428,8 +473,13 @@ def bench_vllm(args) -> None:
     engine = RecordingEngine(arguments, record=True)
     try:
         run_recorded(engine)  # warm-up
+        run_recorded_mass(engine)
         for repeat in range(args.repeats):
-            order = [("inert", run_plain_vllm), ("recorder", run_recorded)]
+            order = [
+                ("inert", run_plain_vllm),
+                ("recorder", run_recorded),
+                ("mass", run_recorded_mass),
+            ]
             watches = {}
             for name, runner in order if repeat % 2 == 0 else order[::-1]:
                 watch, tokens = runner(engine)
@@ -445,15 +495,18 @@ def bench_vllm(args) -> None:
             sequences = list(backend.generate(prompts, 1, params))
         check("HF", sum(s.n_tokens for s in sequences))
         rates["hf"].append(expected / watch.wall)
-    plain, inert, recorder, hf = (median(rates[k]) for k in ("plain", "inert", "recorder", "hf"))
+    keys = ("plain", "inert", "recorder", "mass", "hf")
+    plain, inert, recorder, mass, hf = (median(rates[k]) for k in keys)
     print(
         f"  plain vLLM (no processor)           {plain:8.1f} tok/s\n"
         f"  vLLM, processor registered, unused  {inert:8.1f} tok/s\n"
         f"  vLLM + HED recorder                 {recorder:8.1f} tok/s\n"
+        f"  vLLM + HED recorder + word mass     {mass:8.1f} tok/s\n"
         f"  HF generate + HED recording         {hf:8.1f} tok/s\n"
         f"  recorder / plain {recorder / plain:.3f} (target >= 0.97); same engine, alternated: "
         f"{median(same_engine_ratios):.3f}; vLLM+recorder / HF {recorder / hf:.2f}; "
-        f"plain vLLM / HF {plain / hf:.2f}"
+        f"plain vLLM / HF {plain / hf:.2f}; word mass: recorder+mass / plain "
+        f"{mass / plain:.3f}, with ÷ without {mass / recorder:.4f} (target >= 0.99)"
     )
 
 

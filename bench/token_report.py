@@ -99,6 +99,8 @@ def synthetic_step(step: int, responses: int, tokens: int, seed: int = 0):
             "topk_token_ids": pa.array(topk.astype(np.int32).tolist(), pa.list_(pa.int32())),
             "topk_probs": pa.array(probs.astype(np.float32).tolist(), pa.list_(pa.float32())),
             "is_special": pa.array(np.zeros(n, bool)),
+            "anthropomorphic_mass": pa.nulls(n, pa.float32()),  # not recorded here
+            "reasoning_mass": pa.nulls(n, pa.float32()),
             "word": pa.array(words),
             "category": pa.array([CATEGORY.get(w, "other") for w in words]),
             "is_high_entropy": pa.array(high),

@@ -205,6 +205,7 @@ def write_step(folder, records: pd.DataFrame, sequences: pd.DataFrame):
     from hed.records.schema import MERGED_TOKEN_RECORD_SCHEMA, SEQUENCE_SCHEMA
 
     folder.mkdir(parents=True, exist_ok=True)
+    records = records.assign(anthropomorphic_mass=None, reasoning_mass=None)  # not recorded
     pq.write_table(
         pa.Table.from_pandas(records, schema=MERGED_TOKEN_RECORD_SCHEMA, preserve_index=False),
         folder / "step.parquet",

@@ -231,6 +231,8 @@ def token_records(entropy: list[float], *, run: str = "dapo", step: int = 20) ->
         "topk_token_ids": [[10]] * n,
         "topk_probs": [[0.4]] * n,
         "is_special": [False] * n,
+        "anthropomorphic_mass": [None] * n,  # not recorded
+        "reasoning_mass": [None] * n,
     }
     return pa.Table.from_pydict(columns).cast(TOKEN_RECORD_SCHEMA)
 

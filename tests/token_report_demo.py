@@ -127,6 +127,7 @@ def demo_step(
     )
     frame["is_high_entropy"] = False
     frame.loc[candidates.index[order[:k]], "is_high_entropy"] = True
+    frame = frame.assign(anthropomorphic_mass=None, reasoning_mass=None)  # not recorded
     records = pa.Table.from_pandas(frame, schema=MERGED_TOKEN_RECORD_SCHEMA, preserve_index=False)
     threshold = float(candidates["entropy"].iloc[order[:k]].min())
     sequences = pa.Table.from_pylist(seqs, schema=SEQUENCE_SCHEMA).to_pandas()

@@ -199,6 +199,37 @@ def test_same_records_twice_and_alone_equals_in_a_batch_of_32(tiny_engine, token
     assert not np.array_equal(reseeded.token_ids, alone.token_ids)
 
 
+def test_mass_columns_equal_a_float64_softmax_sum(tiny_engine, vllm_tiny_dir, tokenizer, prompts):
+    """anthropomorphic_mass / reasoning_mass recorded inside vLLM's sampler = Σ softmax(z / T)
+    over the lexicon's word-start ids from a float64 teacher-forced forward (numpy). Before the
+    test that uses ``tiny_engine`` last (see there)."""
+    from hed.core.propensity import tokenizer_word_start_ids
+
+    from .test_word_mass import default_lexicon
+
+    ids = tokenizer_word_start_ids(tokenizer, default_lexicon())
+    params = SamplingParams(temperature=0.7, max_new_tokens=12, seed=4)
+    sequences = list(tiny_engine.run(tokenizer, prompts, 2, params, MANY_EOS, mass_ids=ids))
+    model = float64_model(vllm_tiny_dir)
+    by_index = {p.prompt_index: p for p in prompts}
+    for seq in sequences:
+        prompt_ids = tokenizer(by_index[seq.prompt_index].text, add_special_tokens=False)
+        full = torch.tensor([[*prompt_ids["input_ids"], *seq.token_ids.tolist()]])
+        with torch.no_grad():
+            logits = model(full).logits[0, len(prompt_ids["input_ids"]) - 1 : -1].numpy() / 0.7
+        p = np.exp(logits - np.logaddexp.reduce(logits, axis=1, keepdims=True))
+        for category, index in ids.items():
+            got = getattr(seq, f"{category}_mass")
+            assert got.dtype == np.float32 and got.shape == (seq.n_tokens,)
+            np.testing.assert_allclose(got, p[:, index].sum(axis=1), rtol=1e-4, atol=1e-8)
+    plain = list(tiny_engine.run(tokenizer, prompts[:1], 1, params, MANY_EOS))
+    assert plain[0].anthropomorphic_mass is None and plain[0].reasoning_mass is None
+    # the same tokens and records as without the columns
+    again = next(s for s in sequences if (s.prompt_index, s.sample_index) == (0, 0))
+    assert np.array_equal(plain[0].token_ids, again.token_ids)
+    assert np.array_equal(plain[0].entropy, again.entropy)
+
+
 def test_the_vllm_backend_through_the_contract_equals_the_engine(
     vllm_tiny_dir, tiny_engine, tokenizer, prompts
 ):

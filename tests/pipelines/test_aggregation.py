@@ -32,6 +32,7 @@ from hed.records.schema import (
     SEQUENCE_SCHEMA,
     TOKEN_RECORD_SCHEMA,
 )
+from hed.records.sequence import MASS_COLUMNS
 
 REPO = Path(__file__).resolve().parents[2]
 LEXICON = {
@@ -799,3 +800,57 @@ def test_pipeline_shape():
             for kind in ("token_records", "sequences")
         ),
     }
+
+
+def with_mass(records: pa.Table, seed: int) -> pa.Table:
+    """``records`` with planted word-start mass columns (as a recorder writes them)."""
+    rng = np.random.default_rng(seed)
+    for name in MASS_COLUMNS:
+        index = records.schema.get_field_index(name)
+        values = pa.array(rng.uniform(0, 1, records.num_rows).astype(np.float32))
+        records = records.set_column(index, name, values)
+    return records
+
+
+def test_a_shard_without_the_mass_columns_merges_with_null_mass(tmp_path):
+    """An old shard (written before the columns existed) next to a new one: the old one's
+    records read as null, the new one's carry their values into the merged records."""
+    tables = shard_tables(RESPONSES, 2)
+    old = tables[0][0].drop_columns(list(MASS_COLUMNS))
+    new = with_mass(tables[1][0], seed=1)
+    records, sequences = write_shards(tmp_path, [(old, tables[0][1]), (new, tables[1][1])])
+    checked, report = run_checks(records, sequences)  # the old shard passes the column check
+    selection = agg.compute_entropy_threshold(report, AGGREGATION, *records, run="r", step=0)
+    merged = agg.merge_token_records(checked, selection, PARSED, AGGREGATION, *records)
+    table = pa.concat_tables(list(merged.token_records))
+    assert table.schema == MERGED_TOKEN_RECORD_SCHEMA
+    frame = table.to_pandas()
+    for name in MASS_COLUMNS:
+        assert frame.loc[frame.shard == 0, name].isna().all()
+        planted = new.to_pandas().set_index(["prompt_index", "sample_index", "position"])[name]
+        got = frame[frame.shard == 1].set_index(["prompt_index", "sample_index", "position"])
+        np.testing.assert_array_equal(got[name].to_numpy(), planted.loc[got.index].to_numpy())
+    for _ in agg.select_high_entropy_positions(merged.high_entropy_rows):
+        pass  # drain the spill
+
+
+def test_a_shard_whose_mass_used_another_lexicon_is_refused(tmp_path):
+    from hed.records.shard_metadata import lexicon_sha256
+
+    other = parse_lexicon({"anthropomorphic": ["wait"], "reasoning": ["so"]})
+    recorded = {"word_mass": {"lexicon_sha256": lexicon_sha256(other)}}
+    records, sequences = write_shards(tmp_path, shard_tables(RESPONSES, 2, recorded=recorded))
+    checked, report = run_checks(records, sequences)
+    selection = agg.compute_entropy_threshold(report, AGGREGATION, *records, run="r", step=0)
+    with pytest.raises(InputDataError) as exc:
+        agg.merge_token_records(checked, selection, PARSED, AGGREGATION, *records)
+    message = one_line(exc)
+    assert message.startswith(f"{tmp_path}/shard_0.parquet: stale shard: aggregation.lexicon ")
+    assert f"was sha256 {lexicon_sha256(other)[:12]} " in message
+    assert f"but is sha256 {lexicon_sha256(PARSED)[:12]} now" in message
+    same = {"word_mass": {"lexicon_sha256": lexicon_sha256(PARSED)}}
+    records, _ = write_shards(tmp_path / "same", shard_tables(RESPONSES, 2, recorded=same))
+    merged = agg.merge_token_records(checked, selection, PARSED, AGGREGATION, *records)
+    assert sum(t.num_rows for t in merged.token_records) == 30
+    for _ in agg.select_high_entropy_positions(merged.high_entropy_rows):
+        pass

@@ -50,7 +50,41 @@ def sequences(correct: list[int]) -> ds.Dataset:
     return ds.dataset(pa.table({"prompt_index": pa.array(prompt, pa.int32()), "correct": flags}))
 
 
-def test_analyses_pipeline_tables_and_figures(tmp_path):
+def merged_records(seed: int, with_mass: bool = True) -> ds.Dataset:
+    """A step's merged records (the columns the propensity reads), planted masses; without
+    the mass columns when ``with_mass`` is false (a step generated before they existed)."""
+    rng = np.random.default_rng(seed)
+    n = 500
+    columns = {
+        "is_special": rng.random(n) < 0.05,
+        "is_high_entropy": rng.random(n) < 0.2,
+        "category": rng.choice(["anthropomorphic", "reasoning", "other"], n, p=[0.1, 0.3, 0.6]),
+    }
+    if with_mass:
+        columns["anthropomorphic_mass"] = rng.uniform(0, 0.3, n).astype(np.float32)
+        columns["reasoning_mass"] = rng.uniform(0, 0.6, n).astype(np.float32)
+    return ds.dataset(pa.table(columns))
+
+
+def expected_propensity(data: ds.Dataset) -> dict[str, float]:
+    """The propensity row by numpy in float64, independently of the pipeline."""
+    frame = data.to_table().to_pandas()
+    frame = frame[~frame.is_special]
+    high = frame[frame.is_high_entropy]
+    return {
+        "n_tokens": len(frame),
+        "n_high_entropy": len(high),
+        "mean_anthropomorphic_mass": frame.anthropomorphic_mass.astype(np.float64).mean(),
+        "mean_reasoning_mass": frame.reasoning_mass.astype(np.float64).mean(),
+        "mean_anthropomorphic_mass_high_entropy": high.anthropomorphic_mass.astype(float).mean(),
+        "mean_reasoning_mass_high_entropy": high.reasoning_mass.astype(np.float64).mean(),
+        "sampled_anthropomorphic_share": np.mean(frame.category == "anthropomorphic"),
+        "sampled_anthropomorphic_share_high_entropy": np.mean(high.category == "anthropomorphic"),
+        "sampled_reasoning_share_high_entropy": np.mean(high.category == "reasoning"),
+    }
+
+
+def test_analyses_pipeline_tables_and_figures(tmp_path, caplog):
     catalog = tmp_catalog(tmp_path)
     layout = StudyLayout(
         runs=tuple(
@@ -64,6 +98,10 @@ def test_analyses_pipeline_tables_and_figures(tmp_path):
         for step in STEPS:
             catalog[f"{run}.step_{step}.sequences"] = MemoryDataset(
                 sequences(CORRECT[(run, step)]), copy_mode="assign"
+            )
+            old = (run, step) == ("b", 0)  # generated before the mass columns existed
+            catalog[f"{run}.step_{step}.token_records"] = MemoryDataset(
+                merged_records(step + len(run), with_mass=not old), copy_mode="assign"
             )
             h = ENTROPY[step]
             summary.append({"run": run, "step": step, "n_tokens": 1000, "mean_entropy": h,
@@ -109,7 +147,26 @@ def test_analyses_pipeline_tables_and_figures(tmp_path):
     assert len(trainer) == 6 and trainer["trainer_entropy"].isna().all()
     assert trainer["hed_mean_entropy"].tolist() == pytest.approx([1.2, 0.9, 0.6] * 2)
 
-    for name in ("pass_at_k_png", "entropy_performance_fit_png", "runs_comparison_png"):
+    propensity = catalog.load("hedging_propensity_by_step").set_index(["run", "step"])
+    assert len(propensity) == 6
+    for run in RUNS:
+        for step in STEPS:
+            row = propensity.loc[(run, step)]
+            if (run, step) == ("b", 0):
+                assert not row["mass_recorded"] and np.isnan(row["mean_anthropomorphic_mass"])
+                continue
+            assert row["mass_recorded"]
+            for column, value in expected_propensity(merged_records(step + len(run))).items():
+                assert row[column] == pytest.approx(value, rel=1e-12), (run, step, column)
+    lines = [r.getMessage() for r in caplog.records if "anthropomorphic_mass" in r.getMessage()]
+    assert lines == [
+        "b.step_0: its token records have no anthropomorphic_mass / reasoning_mass (generated "
+        "before HED recorded them): hedging_propensity_by_step leaves the mass columns empty; "
+        "delete the step's shards and rerun generation and aggregation to get them"
+    ]
+
+    for name in ("pass_at_k_png", "entropy_performance_fit_png", "runs_comparison_png",
+                 "hedging_propensity_png"):  # fmt: skip
         path = Path(catalog.get(name)._get_load_path())
         with Image.open(path) as image:
             assert image.size[0] > 100 and image.size[1] > 80, name

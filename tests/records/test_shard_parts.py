@@ -262,3 +262,34 @@ def test_an_uninterrupted_run_logs_progress_and_a_summary(uninterrupted):
             strict=True,
         )
     )
+
+
+def test_mass_columns_round_trip_and_old_parts_read_as_none(tmp_path):
+    from hed.records.sequence import MASS_COLUMNS, GeneratedSequence
+    from hed.records.shard_parts import PART_SCHEMA, sequences_to_table, table_to_sequences
+
+    def sequence(index: int, mass: bool) -> GeneratedSequence:
+        n = 3 + index
+        masses = {
+            name: np.linspace(0.1 * (j + 1), 0.5, n).astype(np.float32)
+            for j, name in enumerate(MASS_COLUMNS)
+        }
+        return GeneratedSequence(
+            prompt_index=index, prompt_id=f"q{index}", sample_index=0,
+            token_ids=np.arange(n, dtype=np.int32), entropy=np.ones(n, np.float32),
+            logprob=-np.ones(n, np.float32), topk_token_ids=np.zeros((n, 2), np.int32),
+            topk_probs=np.full((n, 2), 0.5, np.float32), token_texts=["a"] * n,
+            response_text="a" * n, finish_reason="length", **(masses if mass else {}),
+        )  # fmt: skip
+
+    written = [sequence(0, True), sequence(1, False)]
+    back = table_to_sequences(sequences_to_table(written))
+    for name in MASS_COLUMNS:
+        got = getattr(back[0], name)
+        assert got.dtype == np.float32 and np.array_equal(got, getattr(written[0], name))
+        assert getattr(back[1], name) is None
+    old = sequences_to_table(written).drop_columns(list(MASS_COLUMNS))  # a part of before
+    pq.write_table(old, tmp_path / "part.parquet")
+    (read,) = [table_to_sequences(pq.read_table(tmp_path / "part.parquet", schema=PART_SCHEMA))]
+    assert [s.anthropomorphic_mass for s in read] == [None, None]
+    assert np.array_equal(read[0].entropy, written[0].entropy)

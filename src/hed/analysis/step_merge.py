@@ -164,7 +164,10 @@ def merged_chunks(
     spill: HighEntropySpill,
 ) -> Iterator[pa.Table]:
     """Merged, marked chunks of whole prompts in key order (high-entropy rows also to ``spill``)."""
-    cursors = [ShardCursor(dataset, TOKEN_RECORD_SCHEMA.names) for dataset in shard_records]
+    cursors = [
+        ShardCursor(dataset, [n for n in TOKEN_RECORD_SCHEMA.names if n in dataset.schema.names])
+        for dataset in shard_records
+    ]
     marker = HighEntropyMarker(selection)
     run_column = pa.array([selection.run], type=pa.string())
     partial = spill.path.with_suffix(".arrows.partial")
@@ -208,10 +211,15 @@ def mark_chunk(
     pieces: list[pa.Table], marker: HighEntropyMarker, lexicon: Lexicon, run: pa.Array
 ) -> pa.Table:
     """Concatenate whole responses and add word, category and is_high_entropy."""
-    table = pa.concat_tables(pieces)  # zero-copy: the writer takes chunked columns
+    # zero-copy: the writer takes chunked columns; "default" promotion fills a mass column that
+    # an older shard lacks with nulls (shards of one step may predate the columns or not)
+    table = pa.concat_tables(pieces, promote_options="default")
     n = table.num_rows
     columns = {}
     for field in TOKEN_RECORD_SCHEMA:
+        if field.name not in table.column_names:  # a mass column of an older shard: null
+            columns[field.name] = pa.nulls(n, field.type)
+            continue
         column = table.column(field.name)
         if field.name == "run":  # one run per step (checked): a dictionary of one value
             column = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), run)

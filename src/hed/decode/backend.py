@@ -53,8 +53,11 @@ class DecodingBackend(abc.ABC):
         model_dir: the checkpoint folder.
         dtype: the dtype the model runs in, by name (``float32``, ``bfloat16``, ``float16``).
         device: ``cpu`` or ``cuda``.
+        mass_ids: {category: int64 word-start ids} whose probability mass every token record
+            carries (:meth:`record_word_mass`); None: the mass columns stay null.
     """
 
+    mass_ids: dict[str, np.ndarray] | None = None
     name: str
     model_dir: str | Path
     dtype: str
@@ -94,6 +97,13 @@ class DecodingBackend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - a backend with nothing to release keeps this
         """Release the model or engine (idempotent)."""
+
+    def record_word_mass(self, lexicon: Any) -> None:
+        """Record, per token, the mass of ``lexicon``'s anthropomorphic and reasoning word-start
+        ids (:func:`hed.core.propensity.tokenizer_word_start_ids`, built once here)."""
+        from hed.core.propensity import tokenizer_word_start_ids
+
+        self.mass_ids = tokenizer_word_start_ids(self.tokenizer, lexicon)
 
     @property
     def special_ids(self) -> np.ndarray:

@@ -49,7 +49,7 @@ keeps ``B · T · V`` floats).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,7 @@ from hed.decode.loading import (
 from hed.decode.types import (
     FINISH_EOS,
     FINISH_LENGTH,
+    MASS_COLUMNS,
     TOP_K_OFF,
     GeneratedSequence,
     PromptInput,
@@ -107,6 +108,7 @@ def record_batch(
     eos_token_ids: Sequence[int],
     pad_token_id: int,
     on_tokens: Callable[[torch.Tensor], None] | None = None,
+    mass_ids: Mapping[str, np.ndarray] | None = None,
     **config_overrides,
 ):
     """Run one ``generate`` call with HED's processors; return its output and the recorder.
@@ -120,6 +122,8 @@ def record_batch(
         eos_token_ids: ids that end a response (empty: run exactly ``max_new_tokens`` steps).
         pad_token_id: id written after a sequence finished.
         on_tokens: called after each decode step with its sampled tokens ``(B,)``.
+        mass_ids: {category: word-start ids} whose mass the recorder keeps
+            (:class:`hed.decode.hf_processors.DecodeRecorder`); None: no mass columns.
         **config_overrides: extra ``GenerationConfig`` fields, e.g. ``output_logits=True,
             return_dict_in_generate=True`` in tests.
 
@@ -128,7 +132,7 @@ def record_batch(
     """
     device = input_ids.device
     generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
-    processors, recorder = build_logits_processors(params, generators, on_tokens)
+    processors, recorder = build_logits_processors(params, generators, on_tokens, mass_ids)
     config = GenerationConfig(
         do_sample=False,
         num_beams=1,
@@ -159,6 +163,7 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
     eos_token_ids: Sequence[int],
     progress: Callable[[int, int], None] | None = None,
     skip: Collection[tuple[int, int]] = (),
+    mass_ids: Mapping[str, np.ndarray] | None = None,
 ) -> Iterator[GeneratedSequence]:
     """Sample ``samples_per_prompt`` responses per prompt and record every response token.
 
@@ -183,6 +188,8 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
             both cumulative over this call; the token count includes the unfinished
             sequences of the running batch (a row stops counting after its first EOS).
         skip: ``(prompt_index, sample_index)`` pairs not to generate.
+        mass_ids: {category: word-start ids} (:mod:`hed.core.propensity`): the sequences get
+            ``anthropomorphic_mass`` / ``reasoning_mass``; None leaves them None.
 
     Yields:
         One :class:`GeneratedSequence` per (prompt, sample).
@@ -215,6 +222,7 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
             eos_token_ids=eos_token_ids,
             pad_token_id=pad_token_id,
             on_tokens=counter,
+            mass_ids=mass_ids,
         )
         results = _batch_results(
             tokenizer,
@@ -308,6 +316,11 @@ def _batch_results(
             logprob=records["logprob"][:n, row].astype(np.float32),
             topk_token_ids=records["topk_token_ids"][:n, row].astype(np.int32),
             topk_probs=records["topk_probs"][:n, row].astype(np.float32),
+            **{
+                name: records[name][:n, row].astype(np.float32)
+                for name in MASS_COLUMNS
+                if name in records
+            },
             token_texts=token_text,
             response_text="".join(token_text),
             finish_reason=finish_reason,
@@ -390,6 +403,7 @@ class HFBackend(DecodingBackend):
             self.eos_token_ids,
             progress,
             skip,
+            mass_ids=self.mass_ids,
         )
 
     def close(self) -> None:

@@ -5,6 +5,7 @@ transformers ``generate`` (that module's docstring explains the order and why th
 sees the raw logits):
 
     DecodeRecorder           sees z: entropy, log Z, top-k of softmax(z / T) -> O(k) numbers
+                             (+ the lexicon's word-start mass, hed.core.propensity)
     TemperatureLogitsWarper  z / T                        (only when T != 1)
     TopKLogitsWarper         others -> -inf               (only when top_k is set)
     TopPLogitsWarper         outside the nucleus -> -inf  (only when top_p < 1)
@@ -14,7 +15,7 @@ sees the raw logits):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -28,6 +29,7 @@ from transformers import (
 
 from hed.core.entropy import token_logprobs
 from hed.core.fused_stats import DistributionStats
+from hed.core.propensity import category_mass
 from hed.decode.types import SamplingParams
 
 
@@ -46,6 +48,10 @@ class DecodeRecorder(LogitsProcessor):
         on_tokens: called after each step with that step's sampled tokens ``(B,)`` (on the
             device); :func:`generate_sequences` counts generated tokens with it for progress.
         stats_kernel: route of the statistics (:class:`hed.core.fused_stats.DistributionStats`).
+        mass_ids: {category: int64 word-start ids} (:func:`hed.core.propensity.
+            tokenizer_word_start_ids`); when given, each step also appends
+            ``<category>_mass`` ``(B,)`` float32 = Σ softmax(z / T) over those ids
+            (:func:`hed.core.propensity.category_mass`, O(B · n_ids)).
     """
 
     def __init__(
@@ -54,8 +60,13 @@ class DecodeRecorder(LogitsProcessor):
         top_prob_k: int = 5,
         on_tokens: Callable[[torch.Tensor], None] | None = None,
         stats_kernel: str = "auto",
+        mass_ids: Mapping[str, np.ndarray] | None = None,
     ):
         self.stats = DistributionStats(stats_kernel)
+        self.mass_ids = {
+            c: torch.as_tensor(np.asarray(i, np.int64)) for c, i in (mass_ids or {}).items()
+        }
+        self.mass: dict[str, list[torch.Tensor]] = {c: [] for c in self.mass_ids}
         self.temperature = temperature
         self.top_prob_k = top_prob_k
         self.on_tokens = on_tokens
@@ -72,6 +83,9 @@ class DecodeRecorder(LogitsProcessor):
         self.entropy.append(stats.entropy)
         self.topk_ids.append(stats.topk_ids.to(torch.int32))
         self.topk_probs.append(stats.topk_probs)
+        for category in self.mass_ids:  # .to() is a no-op once the ids are on the device
+            ids = self.mass_ids[category] = self.mass_ids[category].to(scores.device)
+            self.mass[category].append(category_mass(scores, stats.log_z, ids, self.temperature))
         self._logits, self._log_z = scores, stats.log_z
         return scores
 
@@ -99,6 +113,7 @@ class DecodeRecorder(LogitsProcessor):
             *self.topk_probs,
             *self.tokens,
             *self.logprob,
+            *(t for values in self.mass.values() for t in values),
             *pending,
         ]
 
@@ -111,6 +126,7 @@ class DecodeRecorder(LogitsProcessor):
             "token_ids": self.tokens,
             "topk_token_ids": self.topk_ids,
             "topk_probs": self.topk_probs,
+            **{f"{category}_mass": values for category, values in self.mass.items()},
         }
         return {name: torch.stack(values[:steps]).cpu().numpy() for name, values in columns.items()}
 
@@ -149,12 +165,15 @@ def build_logits_processors(
     params: SamplingParams,
     generators: Sequence[torch.Generator],
     on_tokens: Callable[[torch.Tensor], None] | None = None,
+    mass_ids: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[LogitsProcessorList, DecodeRecorder]:
     """The processor list described in the module docstring, and its recorder.
 
-    ``on_tokens`` is the recorder's per-step callback (:class:`DecodeRecorder`).
+    ``on_tokens`` and ``mass_ids`` go to the recorder (:class:`DecodeRecorder`).
     """
-    recorder = DecodeRecorder(params.temperature, params.top_prob_k, on_tokens, params.stats_kernel)
+    recorder = DecodeRecorder(
+        params.temperature, params.top_prob_k, on_tokens, params.stats_kernel, mass_ids
+    )
     processors: list[LogitsProcessor] = [recorder]
     if params.temperature != 1.0:
         processors.append(TemperatureLogitsWarper(params.temperature))

@@ -20,7 +20,7 @@ import numpy as np
 
 from hed.core.validators import check_stats_kernel
 from hed.errors import ConfigError
-from hed.records.sequence import FINISH_EOS, FINISH_LENGTH, GeneratedSequence
+from hed.records.sequence import FINISH_EOS, FINISH_LENGTH, MASS_COLUMNS, GeneratedSequence
 
 #: ``top_k`` values that mean "no top-k filter": transformers/TRL write 0, vLLM/verl -1.
 TOP_K_OFF = (None, 0, -1)
@@ -256,6 +256,7 @@ __all__ = [
     "CONSISTENCY_TOLERANCE_NATS",
     "FINISH_EOS",
     "FINISH_LENGTH",
+    "MASS_COLUMNS",
     "TOP_K_OFF",
     "GeneratedSequence",
     "PromptInput",

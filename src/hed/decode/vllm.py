@@ -46,6 +46,7 @@ from hed.decode.loading import eos_token_ids_of, load_tokenizer
 from hed.decode.types import (
     FINISH_EOS,
     FINISH_LENGTH,
+    MASS_COLUMNS,
     GeneratedSequence,
     PromptInput,
     SamplingParams,
@@ -139,11 +140,14 @@ class RecordingEngine:
         *,
         skip: set[tuple[int, int]] | None = None,
         max_tokens: Mapping[tuple[int, int], int] | None = None,
+        mass_ids: dict[str, np.ndarray] | None = None,
     ) -> Iterator[GeneratedSequence]:
         """Sample and record, as :meth:`VLLMBackend.generate` (which see).
 
         ``tokenizer`` may be None when ``encoded`` (prompt_index -> prompt token ids) is
         given; the sequences then have no token texts (benchmarks of dummy models).
+        ``mass_ids``: {category: word-start ids} whose mass the sink records
+        (:class:`hed.decode.vllm_processor.RecordSink`); None: no mass columns.
         ``max_tokens`` maps (prompt_index, sample_index) to a response length limit of its
         own (benchmarks and tests of varied lengths); others use ``params.max_new_tokens``.
 
@@ -156,7 +160,12 @@ class RecordingEngine:
         if encoded is None:
             encoded = encode_prompts(tokenizer, prompts)
         pairs = sequence_pairs(prompts, samples_per_prompt, skip or ())
-        sink = RecordSink(params.temperature, params.top_prob_k, stats_kernel=params.stats_kernel)
+        sink = RecordSink(
+            params.temperature,
+            params.top_prob_k,
+            stats_kernel=params.stats_kernel,
+            mass_ids=mass_ids,
+        )
         limits = [
             (max_tokens or {}).get((prompt.prompt_index, sample), params.max_new_tokens)
             for prompt, sample in pairs
@@ -268,6 +277,7 @@ def _sequence(
         logprob=logprob.astype(np.float32),
         topk_token_ids=records["topk_token_ids"],
         topk_probs=records["topk_probs"],
+        **{name: records[name] for name in MASS_COLUMNS if name in records},
         token_texts=[],
         response_text="",
         finish_reason=finish_reason,
@@ -354,6 +364,7 @@ class VLLMBackend(DecodingBackend):
                 progress,
                 encoded,
                 skip=skip,
+                mass_ids=self.mass_ids,
             )
         finally:
             engine.close()

@@ -48,6 +48,7 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
 from hed.core.fused_stats import DistributionStats
+from hed.core.propensity import category_mass
 
 #: ``SamplingParams.extra_args`` key holding HED's integer request key.
 EXTRA_ARGS_KEY = "hed_request"
@@ -69,8 +70,11 @@ class RecordSink:
         temperature: T > 0 of ``softmax(z / T)``.
         top_prob_k: k, the most probable tokens kept per row.
         flush_every: steps staged on the device before a copy starts (bounds device memory
-            to ``flush_every · B · (2 + 2k) · 4`` bytes).
+            to ``flush_every · B · (2 + 2k + m) · 4`` bytes).
         stats_kernel: route of the statistics (:class:`hed.core.fused_stats.DistributionStats`).
+        mass_ids: {category: int64 word-start ids}; each row then also carries, after the
+            top-k ids, one ``<category>_mass`` column per category (m of them):
+            Σ softmax(z / T) over the ids (:func:`hed.core.propensity.category_mass`).
     """
 
     def __init__(
@@ -79,8 +83,13 @@ class RecordSink:
         top_prob_k: int,
         flush_every: int = 16,
         stats_kernel: str = "auto",
+        *,
+        mass_ids: dict[str, np.ndarray] | None = None,
     ) -> None:
         self.stats = DistributionStats(stats_kernel)
+        self.mass_ids = {
+            c: torch.as_tensor(np.asarray(i, np.int64)) for c, i in (mass_ids or {}).items()
+        }
         self.temperature = float(temperature)
         self.top_prob_k = int(top_prob_k)
         self.flush_every = int(flush_every)
@@ -105,14 +114,23 @@ class RecordSink:
                 stats.log_z.unsqueeze(-1),
                 stats.topk_probs,
                 stats.topk_ids.to(torch.float32),
+                *self._masses(logits, stats.log_z),
             ],
             dim=-1,
-        )  # (B, 2 + 2k)
+        )  # (B, 2 + 2k + m)
         self._staged.append(packed)
         self._staged_rows.append((keys, positions))
         self.steps_recorded += 1
         if len(self._staged) >= self.flush_every:
             self.start_copy()
+
+    def _masses(self, logits: torch.Tensor, log_z: torch.Tensor) -> list[torch.Tensor]:
+        """One ``(B, 1)`` float32 mass column per category of ``mass_ids``."""
+        columns = []
+        for category in self.mass_ids:  # .to() is a no-op once the ids are on the device
+            ids = self.mass_ids[category] = self.mass_ids[category].to(logits.device)
+            columns.append(category_mass(logits, log_z, ids, self.temperature).unsqueeze(-1))
+        return columns
 
     def start_copy(self) -> None:
         """Start copying the staged steps to the host; returns at once (nothing waits)."""
@@ -170,7 +188,8 @@ class RecordSink:
 
         Returns:
             ``entropy`` (n,), ``log_z`` (n,) float32; ``topk_probs`` (n, k) float32;
-            ``topk_token_ids`` (n, k) int32.
+            ``topk_token_ids`` (n, k) int32; ``<category>_mass`` (n,) float32 per category
+            of ``mass_ids``.
 
         Raises:
             RuntimeError: the recorded positions are not exactly ``0 .. n_tokens-1``.
@@ -182,7 +201,8 @@ class RecordSink:
             positions = np.concatenate([p for p, _ in pieces])
             values = np.concatenate([v for _, v in pieces])
         else:
-            positions, values = np.zeros(0, np.int64), np.zeros((0, 2 + 2 * k), np.float32)
+            width = 2 + 2 * k + len(self.mass_ids)
+            positions, values = np.zeros(0, np.int64), np.zeros((0, width), np.float32)
         keep = positions < n_tokens
         positions, values = positions[keep], values[keep]
         # the last row of each position: unique over the reversed rows gives first = latest
@@ -197,7 +217,11 @@ class RecordSink:
             "entropy": rows[:, 0].astype(np.float32),
             "log_z": rows[:, 1].astype(np.float32),
             "topk_probs": rows[:, 2 : 2 + k].astype(np.float32),
-            "topk_token_ids": rows[:, 2 + k :].astype(np.int32),
+            "topk_token_ids": rows[:, 2 + k : 2 + 2 * k].astype(np.int32),
+            **{
+                f"{category}_mass": rows[:, 2 + 2 * k + j].astype(np.float32)
+                for j, category in enumerate(self.mass_ids)
+            },
         }
 
 

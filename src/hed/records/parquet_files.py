@@ -20,17 +20,30 @@ import pyarrow.parquet as pq
 
 from hed.errors import OutputWriteError
 from hed.records.atomic_io import atomic_path, write_error
+from hed.records.schema import OPTIONAL_RECORD_COLUMNS
 
 #: What :func:`write_parquet_atomically` accepts as one chunk.
 TableLike = pa.Table | pa.RecordBatch | pd.DataFrame
 
 
 def _to_table(chunk: TableLike, schema: pa.Schema | None) -> pa.Table:
-    """Convert a chunk to a table of ``schema`` (when given), keeping its key-value metadata."""
+    """Convert a chunk to a table of ``schema`` (when given), keeping its key-value metadata.
+
+    A column of :data:`hed.records.schema.OPTIONAL_RECORD_COLUMNS` that ``schema`` has and the
+    chunk lacks (records made before it existed) is written as null.
+    """
     if isinstance(chunk, pd.DataFrame):
+        if schema is not None:
+            absent = [c for c in OPTIONAL_RECORD_COLUMNS if c in schema.names and c not in chunk]
+            chunk = chunk.assign(**dict.fromkeys(absent)) if absent else chunk
         return pa.Table.from_pandas(chunk, schema=schema, preserve_index=False)
     if isinstance(chunk, pa.RecordBatch):
         chunk = pa.Table.from_batches([chunk])
+    if schema is not None:
+        for name in OPTIONAL_RECORD_COLUMNS:
+            if name in schema.names and name not in chunk.column_names:
+                field = schema.field(name)
+                chunk = chunk.append_column(field, pa.nulls(len(chunk), field.type))
     if schema is not None and not chunk.schema.equals(schema, check_metadata=False):
         metadata = chunk.schema.metadata
         chunk = chunk.select(schema.names).cast(schema).replace_schema_metadata(metadata)

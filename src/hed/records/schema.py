@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from hed.records.sequence import MASS_COLUMNS
+
 #: One row per generated token of one shard (docs/datasets.md). Units: ``entropy`` in nats,
-#: ``logprob`` natural log, ``prob``/``topk_probs`` probabilities, all of softmax(z / T).
+#: ``logprob`` natural log, ``prob``/``topk_probs`` probabilities, all of softmax(z / T);
+#: ``anthropomorphic_mass`` / ``reasoning_mass`` probabilities (the lexicon's word-start mass,
+#: :mod:`hed.core.propensity`), null or absent in shards generated before they existed.
 TOKEN_RECORD_SCHEMA = pa.schema(
     [
         pa.field("run", pa.dictionary(pa.int32(), pa.string())),
@@ -26,8 +30,12 @@ TOKEN_RECORD_SCHEMA = pa.schema(
         pa.field("topk_token_ids", pa.list_(pa.int32())),
         pa.field("topk_probs", pa.list_(pa.float32())),
         pa.field("is_special", pa.bool_()),
+        *(pa.field(name, pa.float32()) for name in MASS_COLUMNS),
     ]
 )
+
+#: Token record columns an older shard may lack (read as null; :data:`MASS_COLUMNS`).
+OPTIONAL_RECORD_COLUMNS = MASS_COLUMNS
 
 #: Columns that merged (per-step) records add to :data:`TOKEN_RECORD_SCHEMA`.
 MERGED_EXTRA_FIELDS = [

@@ -17,6 +17,10 @@ FINISH_EOS = "eos"
 #: ``finish_reason`` of a response cut at ``max_new_tokens``.
 FINISH_LENGTH = "length"
 
+#: The per-token word-start mass columns (:mod:`hed.core.propensity`): float32, null in shards
+#: generated before they existed.
+MASS_COLUMNS = ("anthropomorphic_mass", "reasoning_mass")
+
 
 @dataclass
 class GeneratedSequence:
@@ -32,6 +36,8 @@ class GeneratedSequence:
         token_texts: n strings, the exact text each token adds (:mod:`hed.core.token_text`).
         response_text: ``"".join(token_texts)``, i.e. the decode with special tokens kept.
         finish_reason: ``"eos"`` (ended by an EOS id) or ``"length"`` (max_new_tokens).
+        anthropomorphic_mass, reasoning_mass: (n,) float32 Σ softmax(z / T) over the lexicon
+            category's word-start ids (:mod:`hed.core.propensity`); None when not recorded.
     """
 
     prompt_index: int
@@ -45,6 +51,8 @@ class GeneratedSequence:
     token_texts: list[str]
     response_text: str
     finish_reason: str
+    anthropomorphic_mass: np.ndarray | None = None
+    reasoning_mass: np.ndarray | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -52,4 +60,4 @@ class GeneratedSequence:
         return len(self.token_ids)
 
 
-__all__ = ["FINISH_EOS", "FINISH_LENGTH", "GeneratedSequence"]
+__all__ = ["FINISH_EOS", "FINISH_LENGTH", "MASS_COLUMNS", "GeneratedSequence"]

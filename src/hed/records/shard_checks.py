@@ -26,7 +26,7 @@ import pyarrow.dataset as ds
 
 from hed.errors import InputDataError
 from hed.records.arrow_stream import column_numpy, dataset_source, record_batches
-from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+from hed.records.schema import OPTIONAL_RECORD_COLUMNS, SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 from hed.records.shard_keys import (  # noqa: F401 - check_response_keys, examples re-exported
     _RESPONSE_KEY,
     check_response_keys,
@@ -35,7 +35,7 @@ from hed.records.shard_keys import (  # noqa: F401 - check_response_keys, exampl
     raise_bad_entropy,
     scan_record_keys,
 )
-from hed.records.shard_metadata import GENERATION_METADATA_KEY, stale_field
+from hed.records.shard_metadata import GENERATION_METADATA_KEY, stale_field, stale_lexicon
 
 _SHARD_FILE = re.compile(r"^shard_\d+(\.sequences)?\.parquet$")
 
@@ -125,7 +125,7 @@ def shard_report(
     rows = []
     for shard, dataset in enumerate(shard_records):
         source = dataset_source(dataset)
-        check_columns(dataset, TOKEN_RECORD_SCHEMA, source)
+        check_columns(dataset, TOKEN_RECORD_SCHEMA, source, optional=OPTIONAL_RECORD_COLUMNS)
         check_generation_metadata(dataset, shard, num_shards, run, step, current=current)
         found = scan_record_keys(dataset, shard, source)
         expected = sequences.loc[
@@ -294,6 +294,29 @@ def check_generation_metadata(
     return meta
 
 
+def check_lexicon_current(dataset: ds.Dataset, lexicon: Any) -> None:
+    """A shard's word-start mass columns were computed with ``lexicon``
+    (:func:`hed.records.shard_metadata.stale_lexicon`).
+
+    Raises:
+        InputDataError: they were computed with another lexicon (one line: the file, both
+            digests and the fix).
+    """
+    raw = (dataset.schema.metadata or {}).get(GENERATION_METADATA_KEY)
+    try:
+        meta = json.loads(raw) if raw is not None else {}
+    except ValueError:
+        meta = {}
+    stale = stale_lexicon(meta, lexicon) if isinstance(meta, dict) else None
+    if stale is not None:
+        source = dataset_source(dataset)
+        raise InputDataError(
+            f"{source}: stale shard: {stale.field} was {stale.recorded} when it was generated "
+            f"but is {stale.current} now; delete {shard_folder(source)}/ and rerun generation "
+            f"(`kedro run --pipelines generation --only-missing-outputs`), or {stale.restore}"
+        )
+
+
 def check_same_dtype(dtypes: dict[str, str], meta: dict[str, Any], source: str, label: str) -> None:
     """All shards of a step ran in one dtype (``by_device`` resolves per device: bf16 vs fp32)."""
     dtype = meta.get("dtype")
@@ -319,19 +342,26 @@ def shard_folder(source: str) -> str:
     return str(path.parent)
 
 
-def check_columns(dataset: ds.Dataset, schema: pa.Schema, source: str) -> None:
+def check_columns(
+    dataset: ds.Dataset, schema: pa.Schema, source: str, optional: tuple[str, ...] = ()
+) -> None:
     """Every column of ``schema`` is present in ``dataset`` with a type castable to it.
+
+    Columns in ``optional`` may be absent (files written before they existed); when present
+    they are checked like the others.
 
     Raises:
         InputDataError: a missing column, or one whose type cannot be cast.
     """
     present = dataset.schema
-    missing = [name for name in schema.names if name not in present.names]
+    missing = [n for n in schema.names if n not in present.names and n not in optional]
     if missing:
         raise InputDataError(
             f"{source}: missing column(s) {', '.join(missing)}; rerun generation for this shard"
         )
     for field in schema:
+        if field.name not in present.names:
+            continue
         have = present.field(field.name).type
         if have != field.type:
             try:

@@ -22,7 +22,10 @@ Compared — they change which tokens are sampled or what a record holds:
   ``checkpoints`` dataset (not ``model_dir``: a moved folder holds the same model);
 * the prompt set: the shard's prompt ids (a prompt id hashes the prompt text, so
   ``prompts.num_prompts``, ``prompts.seed``, ``instruction_suffix``, ``prompt_columns`` and
-  the prompt file itself are all covered).
+  the prompt file itself are all covered);
+* the lexicon (``aggregation.lexicon``, as ``word_mass.lexicon_sha256``): the records'
+  ``anthropomorphic_mass`` / ``reasoning_mass`` are sums over its words' word-start ids
+  (compared when the step is merged, :func:`stale_lexicon`).
 
 Not compared — recorded for the audit trail only:
 
@@ -41,6 +44,8 @@ Not compared — recorded for the audit trail only:
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -113,6 +118,7 @@ def generation_metadata(
     checkpoint: dict[str, Any],
     prompt_ids: Iterable[str],
     prompt_params: dict[str, Any],
+    lexicon: Any = None,
 ) -> dict[str, Any]:
     """The ``hed.generation`` metadata of one shard: how its sequences were generated.
 
@@ -126,6 +132,8 @@ def generation_metadata(
         checkpoint: the (run, step) entry of ``checkpoints`` (model_dir and its fingerprint).
         prompt_ids: the shard's prompt ids (recorded sorted, without repeats).
         prompt_params: ``params:prompts`` (the effective chat-template settings are recorded).
+        lexicon: the :class:`hed.core.lexicon.Lexicon` whose word-start mass the records carry
+            (recorded as ``word_mass.lexicon_sha256``); None: no mass columns, not recorded.
 
     Returns:
         A JSON-ready dict; written with ``json.dumps(..., sort_keys=True)`` under
@@ -133,7 +141,9 @@ def generation_metadata(
     """
     import hed
 
+    mass = {} if lexicon is None else {"word_mass": {"lexicon_sha256": lexicon_sha256(lexicon)}}
     return {
+        **mass,
         "run": run,
         "step": step,
         "shard": shard,
@@ -148,6 +158,37 @@ def generation_metadata(
         "hed_version": hed.__version__,
         "backend": backend.metadata,
     }
+
+
+def lexicon_sha256(lexicon: Any) -> str:
+    """sha256 of a lexicon's (word, category) pairs, sorted, as JSON: what the word-start
+    mass columns depend on (:class:`hed.core.lexicon.Lexicon`)."""
+    pairs = sorted(
+        (word, lexicon.categories[code])
+        for word, code in zip(lexicon.words, lexicon.word_categories, strict=True)
+    )
+    return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()
+
+
+def stale_lexicon(recorded: dict[str, Any], lexicon: Any) -> StaleField | None:
+    """The lexicon, when a shard's mass columns were computed with another one.
+
+    Files without ``word_mass`` (no mass columns, or written before they existed) are never
+    stale for it.
+    """
+    then = (recorded.get("word_mass") or {}).get("lexicon_sha256")
+    if then is None:
+        return None
+    now = lexicon_sha256(lexicon)
+    if then == now:
+        return None
+    return StaleField(
+        "aggregation.lexicon",
+        f"sha256 {_short(then)}",
+        f"sha256 {_short(now)}",
+        "restore the lexicon the shard was generated with, or regenerate the shard (its "
+        "anthropomorphic_mass / reasoning_mass columns sum over the lexicon's word-start ids)",
+    )
 
 
 def effective_dtype(configured: str | None, device: str, model_dir: str | None = None) -> str:

@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 
 from hed.records.atomic_io import atomic_path, write_error
 from hed.records.parquet_files import write_parquet_atomically
-from hed.records.sequence import GeneratedSequence
+from hed.records.sequence import MASS_COLUMNS, GeneratedSequence
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ PART_SCHEMA = pa.schema(
         pa.field("token_texts", pa.list_(pa.string())),
         pa.field("response_text", pa.string()),
         pa.field("finish_reason", pa.string()),
+        *(pa.field(name, pa.list_(pa.float32())) for name in MASS_COLUMNS),  # null: not recorded
     ]
 )
 PART_FIELDS = tuple(PART_SCHEMA.names)
@@ -120,8 +121,18 @@ def sequences_to_table(sequences: list[Any]) -> pa.Table:
         "token_texts": pa.array([list(s.token_texts) for s in sequences], pa.list_(pa.string())),
         "response_text": pa.array([s.response_text for s in sequences], pa.string()),
         "finish_reason": pa.array([s.finish_reason for s in sequences], pa.string()),
+        **{name: _nullable_list_column(sequences, name) for name in MASS_COLUMNS},
     }
     return pa.table(columns, schema=PART_SCHEMA)
+
+
+def _nullable_list_column(sequences: list[Any], name: str) -> pa.Array:
+    """list<float32> of attribute ``name`` per sequence; null where it is None."""
+    values = [getattr(s, name, None) for s in sequences]
+    return pa.array(
+        [None if v is None else np.asarray(v, np.float32) for v in values],
+        pa.list_(pa.float32()),
+    )
 
 
 def _split(column: pa.ChunkedArray, dtype: Any, k: int | None = None) -> list[np.ndarray]:
@@ -161,6 +172,10 @@ def table_to_sequences(table: pa.Table) -> list[Any]:
             "finish_reason",
         )
     }
+    for name in MASS_COLUMNS:  # parts written before the columns existed lack them
+        if name in table.column_names:
+            column = table.column(name).to_pylist()
+            arrays[name] = [None if v is None else np.asarray(v, np.float32) for v in column]
     return [
         GeneratedSequence(
             prompt_index=plain["prompt_index"][i],

@@ -216,3 +216,44 @@ def plot_subsets_over_steps(
             axes[0][0].legend(frameon=False, fontsize=6)
         fig.suptitle(title, wrap=True)
     return fig
+
+
+def plot_hedging_propensity(table: pd.DataFrame, *, dpi: int = 200) -> Figure:
+    """The exact hedging propensity beside Figure 2's sampled counts, one panel per run.
+
+    Per step: the mean anthropomorphic word-start mass at high-entropy positions (solid) and over
+    all positions (dotted), and the sampled anthropomorphic share of the high-entropy tokens
+    (dashed: Figure 2's count divided by the number of high-entropy tokens), all probabilities.
+
+    Args:
+        table: ``hedging_propensity_by_step`` (:mod:`hed.analysis.hedging_propensity`).
+        dpi: dots per inch of the saved PNG.
+    """
+    runs = list(dict.fromkeys(table["run"])) if len(table) else []
+    lines = [
+        ("mean_anthropomorphic_mass_high_entropy", "-", "mass, high-entropy positions"),
+        ("mean_anthropomorphic_mass", ":", "mass, all positions"),
+        ("sampled_anthropomorphic_share_high_entropy", "--", "sampled share, high-entropy"),
+    ]
+    with _context():
+        fig = Figure(
+            figsize=figure_size(max(1, len(runs)), 1, PANEL_SIZE), dpi=dpi, layout="constrained"
+        )
+        axes = fig.subplots(1, max(1, len(runs)), squeeze=False)[0]
+        if not runs:
+            _empty(fig, axes[0], "no steps")
+        for ax, run in zip(axes, runs, strict=False):
+            rows = table[table["run"] == run].sort_values("step")
+            for i, (column, style, label) in enumerate(lines):
+                ax.plot(rows["step"], rows[column], linestyle=style, marker="o", markersize=3,
+                        color=_colour(i), linewidth=1.2, label=label)  # fmt: skip
+            if not rows["mass_recorded"].all():
+                ax.text(0.02, 0.95, "some steps lack the mass columns: regenerate them",
+                        transform=ax.transAxes, fontsize=6, va="top")  # fmt: skip
+            ax.set_title(str(run))
+            ax.set_xlabel("step")
+            ax.set_ylabel("probability (anthropomorphic)")
+            ax.set_ylim(bottom=0)
+            ax.legend(frameon=False, fontsize=6)
+        fig.suptitle("Hedging propensity: exact word-start mass vs sampled share")
+    return fig

@@ -57,6 +57,7 @@ from hed.core.lexicon import Lexicon
 from hed.core.thresholds import EntropyThreshold, compute_threshold
 from hed.records.shard_checks import (
     CurrentGeneration,
+    check_lexicon_current,
     checked_responses,
     non_special_entropies,
     shard_report,
@@ -224,8 +225,11 @@ def merge_token_records(
 
     Raises:
         ConfigError: ``chunk_records`` is not a positive integer.
+        InputDataError: a shard's word-start mass columns were computed with another lexicon.
     """
     chunk_records = chunk_records_param(aggregation)
+    for dataset in shard_records:
+        check_lexicon_current(dataset, lexicon)
     return merge_step(
         sequences, selection, shard_records, lexicon=lexicon, chunk_records=chunk_records
     )

@@ -16,6 +16,7 @@ import pyarrow.dataset as ds
 from matplotlib.figure import Figure
 
 from hed.analysis.entropy_fit import fit_runs
+from hed.analysis.hedging_propensity import hedging_propensity_by_step
 from hed.analysis.pass_at_k import PASS_AT_K_COLUMNS, step_pass_at_k
 from hed.analysis.runs_comparison import compare_runs, step_measures
 from hed.analysis.trainer_entropy import TRAINER_ENTROPY_COLUMNS, compare_trainer_entropy
@@ -97,6 +98,32 @@ def fit_entropy_performance(
         (:func:`hed.analysis.entropy_fit.fit_runs`).
     """
     return fit_runs(_entropy_and_pass1(summary_by_step, pass1_for_figures))
+
+
+def tabulate_hedging_propensity(
+    *token_records: ds.Dataset, run_steps: Sequence[tuple[str, int]]
+) -> pd.DataFrame:
+    """``hedging_propensity_by_step``: per (run, step) the mean anthropomorphic / reasoning
+    word-start mass (all and high-entropy positions) and the sampled anthropomorphic share.
+
+    Args:
+        *token_records: ``<run>.step_<step>.token_records`` (merged), in ``run_steps`` order.
+        run_steps: (run, step) of each, bound when the pipeline is built.
+
+    Returns:
+        :data:`hed.analysis.hedging_propensity.PROPENSITY_COLUMNS`; steps generated before the
+        mass columns existed have empty mass columns and log one line saying to regenerate them.
+    """
+    return hedging_propensity_by_step(list(token_records), list(run_steps))
+
+
+def plot_hedging_propensity_png(
+    hedging_propensity: pd.DataFrame, analyses: dict[str, Any]
+) -> Figure:
+    """The exact propensity beside the sampled share of Figure 2, one panel per run."""
+    return analysis_figures.plot_hedging_propensity(
+        hedging_propensity, dpi=analyses_section(analyses)["dpi"]
+    )
 
 
 def plot_pass_at_k_png(pass_at_k: pd.DataFrame, analyses: dict[str, Any]) -> Figure:

@@ -12,6 +12,9 @@ node                                   outputs
                                        ``entropy_performance_fit_png``
 ``build_runs_comparison``              ``runs_comparison``, then ``plot_runs_comparison`` →
                                        ``runs_comparison_png``
+``tabulate_hedging_propensity``        ``hedging_propensity_by_step`` (the records' exact
+                                       word-start mass next to the sampled share), then
+                                       ``plot_hedging_propensity`` → ``hedging_propensity_png``
 ``<run>.fetch_trainer_entropy``,       ``trainer_entropy``: the trainer's logged entropy (W&B key
 ``tabulate_trainer_entropy``           ``analyses.trainer_entropy.metric_key``) next to HED's
 =====================================  =========================================================
@@ -36,8 +39,10 @@ from .nodes import (
     fetch_trainer_entropy,
     fit_entropy_performance,
     plot_entropy_performance_fit_png,
+    plot_hedging_propensity_png,
     plot_pass_at_k_png,
     plot_runs_comparison_png,
+    tabulate_hedging_propensity,
     tabulate_pass_at_k,
     tabulate_trainer_entropy,
 )
@@ -77,6 +82,13 @@ def create_pipeline(
             name="tabulate_pass_at_k",
             tags=[TAG],
         )
+        propensity = Node(
+            func=bound(tabulate_hedging_propensity, run_steps=run_steps),
+            inputs=[f"{run}.step_{step}.token_records" for run, step in run_steps],
+            outputs="hedging_propensity_by_step",
+            name="tabulate_hedging_propensity",
+            tags=[TAG],
+        )
     trainer = [
         Node(
             func=bound(fetch_trainer_entropy, run=run.name),
@@ -106,6 +118,14 @@ def create_pipeline(
         [
             *trainer,
             pass_at_k,
+            propensity,
+            Node(
+                func=plot_hedging_propensity_png,
+                inputs=["hedging_propensity_by_step", "params:analyses"],
+                outputs="hedging_propensity_png",
+                name="plot_hedging_propensity",
+                tags=[TAG],
+            ),
             Node(
                 func=plot_pass_at_k_png,
                 inputs=["pass_at_k", "params:analyses"],

@@ -11,7 +11,13 @@ import pandas as pd
 import pyarrow as pa
 
 from hed.config.layout import layout_from_params
-from hed.config.params import GenerationParams, default, integer, sampling_params
+from hed.config.params import (
+    GenerationParams,
+    default,
+    integer,
+    lexicon_param,
+    sampling_params,
+)
 from hed.core.grading import grade_response, normalise_reference, reference_parses
 from hed.decode.checkpoints import (
     check_same_vocabulary,
@@ -33,6 +39,7 @@ from hed.decode.prompts import (
 from hed.decode.types import SamplingParams
 from hed.errors import ConfigError, InputDataError
 from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+from hed.records.sequence import MASS_COLUMNS
 from hed.records.shard_metadata import GENERATION_METADATA_KEY, generation_metadata
 
 logger = logging.getLogger(__name__)
@@ -165,12 +172,13 @@ def resolve_checkpoints(
     return resolved
 
 
-def generate_shard(
+def generate_shard(  # noqa: PLR0917 - Kedro passes the inputs by name
     prompts: pd.DataFrame,
     checkpoints: dict[str, Any],
     prompt_params: dict[str, Any],
     params: GenerationParams | dict[str, Any],
     parts: Any = None,
+    aggregation: Any = None,
     *,
     run: str,
     step: int,
@@ -198,6 +206,9 @@ def generate_shard(
             (:class:`hed.config.params.GenerationParams`; a plain dict is parsed here).
         parts: ``<run>.step_<step>.shard_<k>.partial`` (a
             :class:`hed.records.shard_parts.ShardParts`); None keeps nothing on disk.
+        aggregation: ``params:aggregation``: its lexicon's anthropomorphic / reasoning
+            word-start mass is recorded per token (:mod:`hed.core.propensity`); None: the mass
+            columns are null.
         run, step, shard: which shard of which checkpoint (bound when the pipeline is built).
 
     Returns:
@@ -217,15 +228,18 @@ def generate_shard(
     from hed.decode.factory import open_backend
 
     generation = GenerationParams.of(params)
+    lexicon = None if aggregation is None else lexicon_param(aggregation)
     entry = checkpoint_entry(checkpoints, run, step)
     mine = prompts[prompts["prompt_index"] % generation.num_shards == shard]
     # fmt: off
     with open_backend(generation.backend, entry["model_dir"], dtype=generation.dtype,
                       torch_threads=generation.torch_threads, vllm=generation.vllm) as backend:
         inputs = prompt_inputs(mine, backend, prompt_params, generation.max_new_tokens)
+        if lexicon is not None:
+            backend.record_word_mass(lexicon)
         metadata = generation_metadata(
             run, step, shard, generation=generation, backend=backend, checkpoint=entry,
-            prompt_ids=mine["prompt_id"], prompt_params=prompt_params,
+            prompt_ids=mine["prompt_id"], prompt_params=prompt_params, lexicon=lexicon,
         )
         sequences = generate_shard_sequences(
             backend, inputs, generation, parts=parts, binding=metadata,
@@ -344,8 +358,29 @@ def records_table(
         "topk_token_ids": pa.ListArray.from_arrays(offsets, pa.array(topk_ids)),
         "topk_probs": pa.ListArray.from_arrays(offsets, pa.array(topk_probs)),
         "is_special": pa.array(np.isin(token_ids, special_ids)),
+        **{name: _mass_column(sequences, name, lengths) for name in MASS_COLUMNS},
     }
     return pa.table(columns, schema=TOKEN_RECORD_SCHEMA)
+
+
+def _mass_column(sequences: list[Any], name: str, lengths: np.ndarray) -> pa.Array:
+    """float32 ``name`` of every record; null for a sequence that did not record it."""
+    values = [getattr(s, name, None) for s in sequences]
+    if all(v is not None for v in values):
+        flat = np.concatenate(values) if values else np.zeros(0)
+        return pa.array(flat.astype(np.float32))
+    missing = np.repeat([v is None for v in values], lengths)
+    flat = (
+        np.concatenate(
+            [
+                np.zeros(m, np.float32) if v is None else v
+                for v, m in zip(values, lengths, strict=True)
+            ]
+        )
+        if values
+        else np.zeros(0, np.float32)
+    )
+    return pa.array(flat.astype(np.float32), mask=missing)
 
 
 def sequences_table(

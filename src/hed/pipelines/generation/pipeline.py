@@ -45,6 +45,7 @@ def create_pipeline(
                 "prompt_params": "params:prompts",
                 "params": "params:generation",
                 "parts": f"{shard_namespace(run.name, step, shard)}.partial",
+                "aggregation": "params:aggregation",
             },
             outputs={
                 "token_records": f"{shard_namespace(run.name, step, shard)}.token_records",

@@ -236,7 +236,7 @@ def test_the_vllm_backend_through_the_contract_equals_the_engine(
     """Last to use ``tiny_engine``, before any other engine closes: shutting an in-process
     engine down ends vLLM's process-wide parallel state, which ``tiny_engine`` still needs
     (the tests after it start engines of their own)."""
-    from hed.decode.backend import open_backend
+    from hed.decode.factory import open_backend
     from hed.decode.loading import eos_token_ids_of
 
     params = SamplingParams(temperature=0.8, max_new_tokens=8, seed=3)

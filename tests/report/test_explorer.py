@@ -42,7 +42,11 @@ EPS = 1e-6
 def with_mass(records: pa.Table, step: int) -> pa.Table:
     rng = np.random.default_rng(100 + step)
     mass = rng.uniform(0, 0.2, records.num_rows).astype(np.float32)
-    return records.append_column("anthropomorphic_mass", pa.array(mass))
+    column = pa.array(mass)
+    if "anthropomorphic_mass" in records.column_names:  # the records schema has the column
+        index = records.column_names.index("anthropomorphic_mass")
+        return records.set_column(index, "anthropomorphic_mass", column)
+    return records.append_column("anthropomorphic_mass", column)
 
 
 @pytest.fixture(scope="module")

@@ -73,6 +73,20 @@ BATCH_ROWS = 262_144
 # ------------------------------------------------------------------ per-response measures
 
 
+def recorded_columns(records: Any) -> set[str]:
+    """The column names of a step's merged records (``pyarrow.Table`` or ``Dataset``), less
+    the optional token columns that are null throughout (records written before the column
+    existed): the page then says they are missing instead of showing zeros."""
+    names = set(records.schema.names)
+    for column in OPTIONAL_TOKEN_COLUMNS:
+        if column in names and not any(
+            batch.column(0).null_count < batch.num_rows
+            for batch in records.to_batches(columns=[column], batch_size=BATCH_ROWS)
+        ):
+            names.discard(column)
+    return names
+
+
 def response_stats(records: ds.Dataset) -> pd.DataFrame:
     """Sums over every response of a step, from one batched pass over its records.
 
@@ -88,7 +102,7 @@ def response_stats(records: ds.Dataset) -> pd.DataFrame:
         ``anthro`` (high-entropy anthropomorphic tokens), and per optional column present
         ``amass`` (Σ anthropomorphic_mass), ``rmass``, ``dlp`` (Σ |delta_logprob|).
     """
-    have = set(records.schema.names)
+    have = recorded_columns(records)
     optional = {c: n for c, n in OPTIONAL_TOKEN_COLUMNS.items() if c in have}
     parts = []
     for batch in records.to_batches(columns=STAT_COLUMNS + list(optional), batch_size=BATCH_ROWS):
@@ -332,7 +346,7 @@ def _run_payload(
             for r in frame.to_dict(orient="records")
         }
         present = [k for k in keys if k in seq_by_key]
-        have = set(records.schema.names)
+        have = recorded_columns(records)
         extra = [c for c in OPTIONAL_TOKEN_COLUMNS if c in have]
         table = tr.read_response_table(
             records,

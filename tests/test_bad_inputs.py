@@ -40,6 +40,7 @@ from kedro.pipeline import Node
 
 from hed.config.layout import layout_from_params
 from hed.config.params import sampling_params as sampling_params_from
+from hed.core.command_line import update_command
 from hed.core.entropy import NonFiniteLogitsError, token_distribution_stats
 from hed.core.lexicon import parse_lexicon
 from hed.decode.hf import load_model_and_tokenizer, resolve_dtype
@@ -57,7 +58,7 @@ from hed.io.datasets import (
     PublishedArtifactsDataset,
     write_parquet_atomically,
 )
-from hed.io.freshness import Freshness, StaleInputError, update_command
+from hed.io.freshness import Freshness, StaleInputError
 from hed.mini_rl.config import training_specs
 from hed.mini_rl.manifest import clear_run_outputs
 from hed.pass1.sources import parse_run_config

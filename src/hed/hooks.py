@@ -21,9 +21,10 @@ from kedro.io.core import VERSION_FORMAT
 
 from hed.config import layout, params
 from hed.config.preflight import check_reused_shards, hand_to_nodes, parsed_sections
+from hed.core.command_line import update_command
 from hed.errors import ConfigError
 from hed.io import run_lock
-from hed.io.freshness import Freshness, update_command
+from hed.io.freshness import Freshness
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 from hed.pass1.credentials import export_wandb_api_key
 from hed.records.atomic_io import make_dataset_writes_atomic

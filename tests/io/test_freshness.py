@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hed.core.command_line import update_command
 from hed.errors import short_message
-from hed.io.freshness import Freshness, StaleInputError, flatten, update_command
+from hed.io.freshness import Freshness, StaleInputError, flatten
 
 from ..project_copy import RUN, run_kedro, small_step_project
 
@@ -101,3 +102,24 @@ def test_check_compares_the_record_with_the_current_parameters(tmp_path):
         later.check(["table"], {"aggregation": {"top_entropy_frac": 0.3}}, lambda d: "kedro run")
     assert update_command(["aggregation"]) == "kedro run --pipelines aggregation"
     assert update_command(["metrics"], ["reporting"]) == "kedro run --pipelines metrics,reporting"
+
+
+def test_the_stale_shard_fix_keeps_the_study_and_its_overrides(monkeypatch):
+    """The stale-shard message's command is the user's own (``--env``, ``--params`` kept):
+    a bare ``kedro run --pipelines generation`` would regenerate the base demo instead."""
+    import click
+
+    from hed.records.shard_checks import regenerate_command
+
+    argv = ["kedro", "run", "--env", "my_study", "--pipelines", "aggregation",
+            "--params", "generation.temperature=0.7"]
+    monkeypatch.setattr("sys.argv", argv)
+    with click.Context(click.Command("run")):
+        assert regenerate_command() == (
+            "kedro run --env my_study --params generation.temperature=0.7 "
+            "--pipelines generation,aggregation --only-missing-outputs"
+        )
+    monkeypatch.setattr("sys.argv", [*argv, "--only-missing-outputs"])
+    with click.Context(click.Command("run")):
+        assert regenerate_command().count("--only-missing-outputs") == 1
+    assert regenerate_command() == "kedro run --pipelines generation --only-missing-outputs"

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
-import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -170,7 +168,7 @@ class Freshness:
             reads: the datasets the run loads without producing them (its free inputs).
             parameters: the run's parameters (every section, ``--params`` merged).
             command: ``dataset -> the kedro run command that recomputes it`` (e.g.
-                :func:`update_command` of the pipelines that write it).
+                :func:`hed.core.command_line.update_command` of the pipelines that write it).
 
         Raises:
             StaleInputError: one line: the dataset, the first difference (recorded value,
@@ -226,30 +224,3 @@ def _stale_message(
     )
 
 
-def update_command(pipelines: list[str], asked: Iterable[str] = ()) -> str:
-    """This ``kedro run`` command line with the producing pipelines added to ``--pipelines``.
-
-    Under ``kedro run`` the command's own options are kept (``--env``, ``--params``,
-    ``--runner``); ``--pipelines`` becomes the producers followed by the pipelines asked for.
-    Outside one (a session in Python): ``kedro run --pipelines <producers>,<asked>``.
-    """
-    import click
-
-    ctx = click.get_current_context(silent=True)
-    argv = list(sys.argv[1:]) if ctx is not None and ctx.command.name == "run" else ["run"]
-    asked = [] if argv != ["run"] else [a for a in asked if a != "__default__"]
-    args: list[str] = []
-    skip = False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if arg in ("--pipelines", "--pipeline", "-p") and i + 1 < len(argv):
-            asked += argv[i + 1].split(",")
-            skip = True
-        elif arg.startswith(("--pipelines=", "--pipeline=")):
-            asked += arg.split("=", 1)[1].split(",")
-        else:
-            args.append(arg)
-    names = list(dict.fromkeys([*pipelines, *asked]))
-    return shlex.join(["kedro", *args, *(["--pipelines", ",".join(names)] if names else [])])

@@ -24,6 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from hed.core.command_line import update_command
 from hed.errors import InputDataError
 from hed.records.arrow_stream import column_numpy, dataset_source, record_batches
 from hed.records.schema import OPTIONAL_RECORD_COLUMNS, SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
@@ -289,9 +290,16 @@ def check_generation_metadata(
         raise InputDataError(
             f"{source}: stale shard: {stale.field} was {stale.recorded} when it was generated "
             f"but is {stale.current} now; delete {shard_folder(source)}/ and rerun generation "
-            f"(`kedro run --pipelines generation --only-missing-outputs`), or {stale.restore}"
+            f"(`{regenerate_command()}`), or {stale.restore}"
         )
     return meta
+
+
+def regenerate_command() -> str:
+    """This run's ``kedro run`` line (its ``--env``, ``--params``, ``--runner`` kept) with
+    generation added and ``--only-missing-outputs``: it regenerates the deleted shards only."""
+    command = update_command(["generation"])
+    return command if "--only-missing-outputs" in command else f"{command} --only-missing-outputs"
 
 
 def check_lexicon_current(dataset: ds.Dataset, lexicon: Any) -> None:
@@ -313,7 +321,7 @@ def check_lexicon_current(dataset: ds.Dataset, lexicon: Any) -> None:
         raise InputDataError(
             f"{source}: stale shard: {stale.field} was {stale.recorded} when it was generated "
             f"but is {stale.current} now; delete {shard_folder(source)}/ and rerun generation "
-            f"(`kedro run --pipelines generation --only-missing-outputs`), or {stale.restore}"
+            f"(`{regenerate_command()}`), or {stale.restore}"
         )
 
 

@@ -106,7 +106,12 @@ def run_kedro(
     """
     configure_project("hed")
     pipelines.configure("hed.pipeline_registry")  # rebuild: the layout depends on env and params
-    with KedroSession.create(project_path=project, env=env, runtime_params=params or {}) as session:
+    # in the project folder, as `kedro run` is: parameters such as a run's checkpoint_root are
+    # relative paths (a repository's own data/ must not stand in for the copy's)
+    with (
+        contextlib.chdir(project),
+        KedroSession.create(project_path=project, env=env, runtime_params=params or {}) as session,
+    ):
         session.run(
             pipeline_names=[pipeline] if pipeline else None,
             only_missing_outputs=only_missing_outputs,

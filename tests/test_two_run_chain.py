@@ -22,6 +22,7 @@ and, through the whole chain, ``tests/test_default_run.py::test_both_figures_wri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
@@ -170,7 +171,7 @@ def run_session(project: Path, pipeline: str | None = None) -> None:
     """Run ``pipeline`` (default ``__default__``) of ``project`` in ``qae_repro``, in-process."""
     configure_project("hed")
     pipelines.configure("hed.pipeline_registry")  # rebuilt from this env's runs and shards
-    with KedroSession.create(project_path=project, env=ENV) as session:
+    with contextlib.chdir(project), KedroSession.create(project_path=project, env=ENV) as session:
         session.run(pipeline_names=[pipeline] if pipeline else None)
 
 

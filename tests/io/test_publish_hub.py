@@ -27,6 +27,15 @@ from ..pipelines.test_reporting import _no_git  # noqa: F401 - autouse: no git i
 from ..study_demo import ENV, PASS1_RUN, REPORT_VERSION, RUN, publish_demo_study
 from .test_publish_wandb import _latest
 
+
+@pytest.fixture(autouse=True)
+def _hub_reachable(monkeypatch):
+    """The Makefile exports HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1 (no model hub here), and
+    huggingface_hub reads them once at import: these tests talk to a stand-in Hub on 127.0.0.1."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+
 REPO = "hed-lab/dapo-results"
 FOLDER = f"hed/{ENV}"
 

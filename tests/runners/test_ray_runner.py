@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -184,7 +185,7 @@ def test_the_demo_chain_on_ray_matches_sequential_runner(
     configure_project("hed")
     pipelines.configure("hed.pipeline_registry")
     runner = RayRunner()
-    with KedroSession.create(project_path=project) as session:
+    with contextlib.chdir(project), KedroSession.create(project_path=project) as session:
         session.run(pipeline_names=["generation", "aggregation"], runner=runner)
 
     generated = [f"{RUN}.step_0.shard_{k}.generate_shard" for k in range(NUM_SHARDS)]

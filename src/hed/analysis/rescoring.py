@@ -17,7 +17,7 @@ import pyarrow.dataset as ds
 from hed.core.validators import positive_int
 from hed.decode.types import CONSISTENCY_TOLERANCE_NATS, ResponseToScore
 from hed.errors import ConfigError, HEDError
-from hed.records.schema import RECORD_KEY, RESCORED_RECORD_SCHEMA
+from hed.records.schema import RECORD_KEY, RESCORED_RECORD_SCHEMA, record_key_columns
 
 logger = logging.getLogger(__name__)
 
@@ -257,20 +257,7 @@ def rescored_table(
     k = scored[0].topk_token_ids.shape[1] if scored else k
     offsets = pa.array(np.arange(0, (n + 1) * k, k, dtype=np.int32))
     columns = {
-        "run": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([run])),
-        "step": pa.array(np.full(n, step, np.int32)),
-        "shard": pa.array(np.full(n, shard, np.int16)),
-        "prompt_index": pa.array(
-            np.repeat([s.prompt_index for s in scored], lengths).astype(np.int32)
-        ),
-        "sample_index": pa.array(
-            np.repeat([s.sample_index for s in scored], lengths).astype(np.int16)
-        ),
-        "position": pa.array(
-            np.concatenate([np.arange(m, dtype=np.int32) for m in lengths])
-            if n
-            else np.zeros(0, np.int32)
-        ),
+        **record_key_columns(run, step, shard, scored),
         "token_id": pa.array(cat("token_ids", np.int32)),
         "entropy": pa.array(cat("entropy", np.float32)),
         "logprob": pa.array(cat("logprob", np.float32)),

@@ -6,6 +6,10 @@ scripts read them by name. Change them only together with ``docs/datasets.md``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 import pyarrow as pa
 
 from hed.records.sequence import MASS_COLUMNS
@@ -123,3 +127,35 @@ RESCORED_RECORD_SCHEMA = pa.schema(
         pa.field("is_special", pa.bool_()),
     ]
 )
+
+
+def record_key_columns(run: str, step: int, shard: int, items: Sequence[Any]) -> dict[str, Any]:
+    """The key columns of a shard's token records: one row per token of every sequence.
+
+    Args:
+        run, step, shard: the shard's keys (the same on every row).
+        items: sequences with ``prompt_index``, ``sample_index`` and ``token_ids`` (length m_i).
+
+    Returns:
+        ``run`` (dictionary<int32, string>), ``step`` (int32), ``shard`` (int16),
+        ``prompt_index`` (int32), ``sample_index`` (int16), ``position`` (int32, 0 … m_i − 1),
+        each of length Σ m_i, in the order of ``items``.
+    """
+    lengths = np.array([len(s.token_ids) for s in items], dtype=np.int64)
+    n = int(lengths.sum())
+    return {
+        "run": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([run])),
+        "step": pa.array(np.full(n, step, np.int32)),
+        "shard": pa.array(np.full(n, shard, np.int16)),
+        "prompt_index": pa.array(
+            np.repeat([s.prompt_index for s in items], lengths).astype(np.int32)
+        ),
+        "sample_index": pa.array(
+            np.repeat([s.sample_index for s in items], lengths).astype(np.int16)
+        ),
+        "position": pa.array(
+            np.concatenate([np.arange(m, dtype=np.int32) for m in lengths])
+            if n
+            else np.zeros(0, np.int32)
+        ),
+    }

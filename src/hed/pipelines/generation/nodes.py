@@ -38,7 +38,7 @@ from hed.decode.prompts import (
 )
 from hed.decode.types import SamplingParams
 from hed.errors import ConfigError, InputDataError
-from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
+from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA, record_key_columns
 from hed.records.sequence import MASS_COLUMNS
 from hed.records.shard_metadata import GENERATION_METADATA_KEY, generation_metadata
 
@@ -336,20 +336,7 @@ def records_table(
     topk_ids = cat("topk_token_ids", np.int32).reshape(-1)
     topk_probs = cat("topk_probs", np.float32).reshape(-1)
     columns = {
-        "run": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([run])),
-        "step": pa.array(np.full(n, step, np.int32)),
-        "shard": pa.array(np.full(n, shard, np.int16)),
-        "prompt_index": pa.array(
-            np.repeat([s.prompt_index for s in sequences], lengths).astype(np.int32)
-        ),
-        "sample_index": pa.array(
-            np.repeat([s.sample_index for s in sequences], lengths).astype(np.int16)
-        ),
-        "position": pa.array(
-            np.concatenate([np.arange(m, dtype=np.int32) for m in lengths])
-            if n
-            else np.zeros(0, np.int32)
-        ),
+        **record_key_columns(run, step, shard, sequences),
         "token_id": pa.array(token_ids),
         "token_text": pa.array([t for s in sequences for t in s.token_texts], type=pa.string()),
         "entropy": pa.array(cat("entropy", np.float32)),

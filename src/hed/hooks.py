@@ -27,7 +27,7 @@ from hed.io import run_lock
 from hed.io.freshness import Freshness
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 from hed.pass1.credentials import export_wandb_api_key
-from hed.records.atomic_io import make_dataset_writes_atomic
+from hed.records.object_store import make_dataset_writes_atomic
 from hed.runners.resume import resume_command, resume_nodes
 
 logger = logging.getLogger(__name__)
@@ -308,17 +308,19 @@ _TABLE_TYPES = ("CSVDataset", "MatplotlibDataset", "TextDataset")
 
 
 class AtomicWritesHooks:
-    """Atomic local writes for the datasets of the run (:mod:`hed.records.atomic_io`).
+    """Atomic writes for the datasets of the run (:mod:`hed.records.atomic_io`,
+    :mod:`hed.records.object_store`).
 
     Before the first node, every dataset the pipeline reads or writes is materialised (as the
-    runner would, patterns included) and a local filesystem in it is replaced by an
-    :class:`~hed.records.atomic_io.AtomicLocalFileSystem` instance; a ``gpu`` node's process
-    receives the datasets with it. fsspec's ``file`` protocol stays fsspec's own.
+    runner would, patterns included) and its filesystem replaced by an atomic instance: a local
+    one by an :class:`~hed.records.atomic_io.AtomicLocalFileSystem`, an object store's (s3fs,
+    gcsfs) by its subclass whose writes abort on an exception; a ``gpu`` node's process receives
+    the datasets with it. fsspec's registry (``file``, ``s3``, ``gs``) stays fsspec's own.
     """
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
-        """Give each of the pipeline's datasets atomic local writes."""
+        """Give each of the pipeline's datasets atomic writes (local files and object stores)."""
         for name in sorted(pipeline.datasets()):
             dataset = catalog.get(name, fallback_to_runtime_pattern=True)
             if dataset is not None:

@@ -12,10 +12,7 @@ from hed.hooks import (
     ResumeHooks,
     ShardPartsHooks,
 )
-from hed.records.object_store import install_atomic_object_writes
 
-# Object stores (s3://, gs://): a write that raises half-way uploads nothing.
-install_atomic_object_writes()
 # `kedro run` shows HED's one-line errors without Python's traceback (HED_TRACEBACK=1 for it).
 install_short_tracebacks()
 
@@ -31,7 +28,8 @@ warnings.filterwarnings("ignore", message=r"register_new_resolver\(\) is depreca
 warnings.filterwarnings("ignore", message=r"The node producing outputs .* 'partial' function")
 
 # AtomicWritesHooks: every local file a dataset of the run writes appears only when complete
-# (temporary file + rename); fsspec's `file` protocol is not replaced for other libraries.
+# (temporary file + rename), and a write to an object store (s3://, gs://) that raises half-way
+# uploads nothing; fsspec's `file`/`s3`/`gs` protocols are not replaced for other libraries.
 # Registered first, so pluggy calls its before_pipeline_run last: after ProjectHooks' checks.
 # FreshnessHooks last: its before_pipeline_run runs first (a stale input is refused before the
 # run lock is taken).

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from hed.records.object_store import install_atomic_object_writes
+from hed.records.object_store import make_dataset_writes_atomic
 from tests.project_copy import (
     MERGED_FOLDER,
     NUM_SHARDS,
@@ -33,7 +33,6 @@ ENV = "s3_demo"
 
 @pytest.fixture(scope="module")
 def s3_server():
-    install_atomic_object_writes()  # as settings.py does in a kedro run
     with moto_s3() as endpoint:
         yield endpoint
 
@@ -168,10 +167,8 @@ KILLED_WRITER = """
 import sys, time
 import pyarrow as pa
 from kedro.io.core import Version
-from hed.records.object_store import install_atomic_object_writes
 from hed.io.datasets import ArrowParquetDataset
 
-install_atomic_object_writes()
 url, marker = sys.argv[1:]
 dataset = ArrowParquetDataset(filepath=url, version=Version(None, "2026-01-01T00.00.00.000Z"))
 
@@ -220,6 +217,7 @@ def test_a_write_that_raises_half_way_leaves_no_object(s3_server):
     from kedro_datasets.json import JSONDataset
 
     dataset = JSONDataset(filepath=f"s3://{BUCKET}/raised/config.json")
+    assert make_dataset_writes_atomic(dataset)  # as AtomicWritesHooks does before a run
     with pytest.raises(DatasetError):
         dataset.save({"entropy": 0.5, "not_json": object()})  # json.dump fails half-way
     assert s3().find(f"{BUCKET}/raised") == []

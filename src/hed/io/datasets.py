@@ -32,7 +32,6 @@ from kedro.io.core import (
 
 from hed.errors import InputDataError, one_line
 from hed.io.publishing import publish, published_manifests
-from hed.records.atomic_io import atomic_filesystem
 from hed.records.object_store import (
     LOCAL_PROTOCOLS,
     filesystem_of,
@@ -40,6 +39,7 @@ from hed.records.object_store import (
     split_url,
     upload_atomically,
     url_of,
+    with_atomic_writes,
 )
 from hed.records.parquet_files import (  # noqa: F401 - re-exported (tests, notebooks)
     TableLike,
@@ -92,7 +92,7 @@ class ArrowParquetDataset(AbstractVersionedDataset[Any, ds.Dataset]):
         protocol, path = split_url(filepath)
         self._protocol = protocol
         self._storage_options = {**(credentials or {}), **(fs_args or {})}
-        self._fs = atomic_filesystem(fsspec.filesystem(protocol, **self._storage_options))
+        self._fs = with_atomic_writes(fsspec.filesystem(protocol, **self._storage_options))
         self._schema_name = schema
         self._save_args = dict(save_args or {})
         self.metadata = metadata

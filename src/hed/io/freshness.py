@@ -26,6 +26,7 @@ import fsspec
 
 from hed.errors import ConfigError
 from hed.records.atomic_io import atomic_path
+from hed.records.object_store import filesystem_of
 
 #: Parameter keys (and key prefixes) that change how fast or in what pieces a result is
 #: computed, never its values: a change of these does not make data stale.
@@ -156,9 +157,9 @@ class Freshness:
             with atomic_path(target) as temp:
                 Path(temp).write_text(text, encoding="utf-8")
             return
-        fs, _ = fsspec.core.url_to_fs(self._folder)  # object stores upload a whole object
+        fs, bare = filesystem_of(target)  # object stores upload a whole object
         fs.makedirs(self._folder, exist_ok=True)
-        with fsspec.open(target, "w", encoding="utf-8") as handle:
+        with fs.open(bare, "w", encoding="utf-8") as handle:
             handle.write(text)
 
     def check(self, reads: Iterable[str], parameters: Mapping[str, Any], producers: Any) -> None:

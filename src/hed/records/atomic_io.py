@@ -2,7 +2,8 @@
 
 kedro-datasets write through fsspec: ``with self._fs.open(path, "wb") as f: ...``. Each dataset
 of a run's catalog gets an :class:`AtomicLocalFileSystem` instance as its ``_fs``
-(:func:`make_dataset_writes_atomic`, from ``hed.hooks.AtomicWritesHooks`` before the first node;
+(:func:`hed.records.object_store.make_dataset_writes_atomic`, which also handles object stores,
+from ``hed.hooks.AtomicWritesHooks`` before the first node;
 a ``gpu`` node's process receives the dataset with it), and HED's own datasets open local paths
 through one (:func:`atomic_filesystem`). fsspec's ``file`` protocol itself is left alone, so
 pandas, transformers, vLLM or any other library writing through fsspec in the same process get
@@ -421,28 +422,10 @@ def atomic_filesystem(fs: Any) -> Any:
     return fs
 
 
-def make_dataset_writes_atomic(dataset: Any) -> bool:
-    """Give one catalog dataset atomic local writes, without touching fsspec's registry.
-
-    kedro-datasets' file datasets (pandas, json, text, matplotlib, ...) and HED's own keep their
-    fsspec filesystem in ``_fs`` and save through ``self._fs.open``: a local one is replaced by
-    :func:`atomic_filesystem`. Datasets without ``_fs`` (memory, shared memory) are left alone.
-
-    Returns:
-        True when the dataset's filesystem was replaced.
-    """
-    fs = getattr(dataset, "_fs", None)
-    atomic = atomic_filesystem(fs)
-    if fs is None or atomic is fs:
-        return False
-    dataset._fs = atomic
-    return True
-
-
 def install_atomic_local_writes() -> None:
     """Register :class:`AtomicLocalFileSystem` for fsspec's ``file`` and ``local`` protocols,
     for the whole process (tests of the filesystem itself; HED's runs do not call it: they use
-    :func:`make_dataset_writes_atomic` on their datasets).
+    :func:`hed.records.object_store.make_dataset_writes_atomic` on their datasets).
 
     Idempotent. Filesystem objects created before the call keep plain writes.
     """

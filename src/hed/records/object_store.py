@@ -5,8 +5,11 @@ it through fsspec (s3fs, gcsfs). An object PUT is atomic: the object appears com
 upload ends, or not at all (an interrupted multipart upload is never listed), so an object store
 needs no temporary name. HED's own writers that build a file piece by piece
 (:func:`upload_atomically`) write a local temporary file (:mod:`hed.records.atomic_io`) and
-upload it once it is complete; :func:`install_atomic_object_writes` makes a write that raises
-inside its ``with`` block leave no object.
+upload it once it is complete. The datasets of a run get an object-store filesystem whose
+write-mode files abort when their ``with`` block raises (:func:`make_dataset_writes_atomic`, from
+``hed.hooks.AtomicWritesHooks``), so such a write leaves no object. Like the local atomic
+writes, this is scoped to HED's datasets: fsspec's ``s3``/``gs`` protocols stay s3fs's and
+gcsfs's own classes for every other library in the process (pandas, transformers, vLLM).
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ def filesystem_of(path: str | os.PathLike, **storage_options: Any) -> tuple[Any,
             ``fs_args``, e.g. ``client_kwargs: {endpoint_url: ...}``).
     """
     protocol, bare = split_url(path)
-    return atomic_filesystem(fsspec.filesystem(protocol, **storage_options)), bare
+    return with_atomic_writes(fsspec.filesystem(protocol, **storage_options)), bare
 
 
 def upload_atomically(fs: Any, remote_path: str, write: Any, suffix: str = "") -> Any:
@@ -178,7 +181,7 @@ def atomic_object_store(protocol: str) -> type:
 
 
 def __getattr__(name: str) -> Any:
-    # fsspec imports a registered class by its dotted name:
+    # pickle (a dataset sent to a `gpu` node's process) finds the class by its dotted name:
     # hed.records.object_store.AtomicS3FileSystem
     for protocol, (_, base) in OBJECT_STORES.items():
         if name == f"Atomic{base}":
@@ -186,17 +189,38 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def install_atomic_object_writes() -> None:
-    """Register abortable writes for the object stores whose fsspec package is installed.
+def with_atomic_writes(fs: Any) -> Any:
+    """``fs`` as HED's datasets write through it, without touching fsspec's registry.
 
-    A write that raises inside its ``with`` block then leaves no object; a killed process
-    never completes its PUT. The packages (s3fs, gcsfs) are imported only when first used.
-    Idempotent.
+    A plain local filesystem becomes an :class:`~hed.records.atomic_io.AtomicLocalFileSystem`
+    (temporary file + rename); an object store's (s3fs, gcsfs: :data:`OBJECT_STORES`) becomes an
+    instance of :func:`atomic_object_store`'s subclass with the same options, whose write-mode
+    files abort when their ``with`` block raises. Any other filesystem, or one already atomic,
+    is returned as it is. ``fs`` itself (perhaps fsspec's cached instance, shared with other
+    libraries) is never changed.
     """
-    import importlib.util
+    fs = atomic_filesystem(fs)
+    cls = type(fs)
+    for protocol, (module, name) in OBJECT_STORES.items():
+        if cls.__name__ == name and cls.__module__.partition(".")[0] == module:
+            return atomic_object_store(protocol)(*fs.storage_args, **fs.storage_options)
+    return fs
 
-    for protocol, (module, base) in OBJECT_STORES.items():
-        if importlib.util.find_spec(module) is not None:
-            fsspec.register_implementation(
-                protocol, f"hed.records.object_store.Atomic{base}", clobber=True
-            )
+
+def make_dataset_writes_atomic(dataset: Any) -> bool:
+    """Give one catalog dataset HED's atomic writes (:func:`with_atomic_writes`).
+
+    kedro-datasets' file datasets (pandas, json, text, matplotlib, ...) and HED's own keep their
+    fsspec filesystem in ``_fs`` and save through ``self._fs.open``: a local or object-store one
+    is replaced by its atomic counterpart (an instance: it pickles with the dataset into a
+    ``gpu`` node's process). Datasets without ``_fs`` (memory, shared memory) are left alone.
+
+    Returns:
+        True when the dataset's filesystem was replaced.
+    """
+    fs = getattr(dataset, "_fs", None)
+    atomic = with_atomic_writes(fs)
+    if fs is None or atomic is fs:
+        return False
+    dataset._fs = atomic
+    return True

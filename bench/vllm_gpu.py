@@ -23,7 +23,8 @@ Phases, in order:
 
 1. ``plain_tokens_per_s``: vLLM without HED's processor, no logprobs.
 2. ``inert_tokens_per_s`` / ``recorder_tokens_per_s``: one engine with HED's processor
-   registered (:class:`hed.decode.vllm.RecordingEngine`), alternating requests without HED's
+   registered (:class:`hed.decode.vllm.RecordingEngine`, its ``generate`` in the decoding
+   contract's call shape), alternating requests without HED's
    key (registered, recording nothing) and recorded runs (records, raw-logit logprobs; no
    token text). ``recorder_over_plain`` is the cost of recording as a user pays it (target
    >= 0.97); ``recorder_over_inert`` the recorder's own work.
@@ -33,7 +34,9 @@ Phases, in order:
    ``|log p_HED - (z / T - log Z_HED)|`` over the top-k (nats, passes at <= 1e-5,
    ``check_pass``), with the share of positions whose k ids agree. Same engine, same logits:
    a row or position mapping error would show as whole nats, bf16 noise cannot.
-4. ``hf_tokens_per_s``: HF ``generate`` with HED's recording (``--skip-hf`` to leave out).
+4. ``hf_tokens_per_s``: HF ``generate`` with HED's recording, the hf backend's ``generate``
+   over the model in memory (:meth:`hed.decode.hf.HFBackend.of_model`; ``--skip-hf`` to
+   leave out).
 
 After each engine closes, ``gpu_free_gib_after_<phase>`` is the GPU memory free (CUDA's
 ``mem_get_info``), so memory an engine kept would show. ``--repeats`` (default 1) repeats
@@ -55,7 +58,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hed.decode.hf import PromptInput, SamplingParams, generate_sequences, sequence_seed
+from hed.decode.hf import HFBackend, PromptInput, SamplingParams, sequence_seed
 from hed.decode.vllm import (
     RecordingEngine,
     VLLMSettings,
@@ -324,7 +327,7 @@ def run_phases(args, report, vllm, shape: dict, folder: Path) -> None:
         return sum(len(o.outputs[0].token_ids) for o in outputs)
 
     def recorded_run(engine):
-        return list(engine.run(None, prompts, 1, params, [], encoded=encoded, max_tokens=limits))
+        return list(engine.generate(prompts, 1, params, encoded=encoded, max_tokens=limits))
 
     median = statistics.median
     rates: dict[str, list[float]] = {"plain": [], "inert": [], "recorder": []}
@@ -375,26 +378,10 @@ def run_phases(args, report, vllm, shape: dict, folder: Path) -> None:
 
 def hf_rate(model, prompts, encoded, params, args) -> float:
     """Tokens/s of HF ``generate`` with HED's recording on the same prompts (all full length)."""
-    tokens_of = {p.prompt_index: encoded[p.prompt_index] for p in prompts}
-
-    class _Ids:  # the HF path encodes text; hand it the random ids instead
-        pad_token_id = 0
-
-        def __call__(self, text, add_special_tokens=False):
-            return {"input_ids": tokens_of[int(text)]}
-
-    hf_prompts = [PromptInput(p.prompt_index, p.prompt_id, str(p.prompt_index)) for p in prompts]
-    from hed.decode import hf as recording
-
-    saved = recording.token_texts_batch
-    recording.token_texts_batch = lambda _tok, ids: [[] for _ in ids]  # no tokenizer
-    try:
-        seconds, out = timed(
-            args.device,
-            lambda: list(generate_sequences(model, _Ids(), hf_prompts, 1, params, [])),
-        )
-    finally:
-        recording.token_texts_batch = saved
+    backend = HFBackend.of_model(model)  # no tokenizer (random ids, no texts), EOS off
+    seconds, out = timed(
+        args.device, lambda: list(backend.generate(prompts, 1, params, encoded=encoded))
+    )
     return sum(s.n_tokens for s in out) / seconds
 
 

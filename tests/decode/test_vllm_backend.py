@@ -83,6 +83,13 @@ def start(model_dir, dtype="float32", max_model_len=512, record=True, **override
     return RecordingEngine({**arguments, **overrides}, record=record)
 
 
+def generate(engine, prompts, samples_per_prompt, params, *, tokenizer, eos, **keywords):
+    """``engine.generate`` (the contract's call shape) with ``tokenizer`` and ``eos`` as the
+    engine's: one module-scoped engine serves tests with several EOS sets."""
+    engine.tokenizer, engine.eos_token_ids = tokenizer, list(eos)
+    return engine.generate(prompts, samples_per_prompt, params, **keywords)
+
+
 @pytest.fixture(scope="module")
 def tiny_engine(vllm_tiny_dir):
     engine = start(vllm_tiny_dir)
@@ -149,7 +156,7 @@ def test_tiny_model_records_equal_a_float64_rescore(  # noqa: PLR0917 - fixtures
     params = SamplingParams(
         temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=24, seed=3
     )
-    sequences = list(tiny_engine.run(tokenizer, prompts, 2, params, MANY_EOS))
+    sequences = list(generate(tiny_engine, prompts, 2, params, tokenizer=tokenizer, eos=MANY_EOS))
     assert sorted((s.prompt_index, s.sample_index) for s in sequences) == [
         (p, s) for p in range(3) for s in range(2)
     ]
@@ -176,11 +183,11 @@ def test_same_records_twice_and_alone_equals_in_a_batch_of_32(tiny_engine, token
     params = SamplingParams(max_new_tokens=16, seed=11)
     batch = {
         (s.prompt_index, s.sample_index): s
-        for s in tiny_engine.run(tokenizer, prompts, 2, params, [2])
+        for s in generate(tiny_engine, prompts, 2, params, tokenizer=tokenizer, eos=[2])
     }
     again = {
         (s.prompt_index, s.sample_index): s
-        for s in tiny_engine.run(tokenizer, prompts, 2, params, [2])
+        for s in generate(tiny_engine, prompts, 2, params, tokenizer=tokenizer, eos=[2])
     }
     assert len(batch) == 32
     for key, seq in batch.items():
@@ -188,13 +195,18 @@ def test_same_records_twice_and_alone_equals_in_a_batch_of_32(tiny_engine, token
         assert np.array_equal(seq.token_ids, other.token_ids)
         for name in ("entropy", "logprob", "topk_probs", "topk_token_ids"):
             assert np.array_equal(getattr(seq, name), getattr(other, name)), name
-    (alone,) = tiny_engine.run(tokenizer, prompts[5:6], 1, params, [2])
+    (alone,) = generate(tiny_engine, prompts[5:6], 1, params, tokenizer=tokenizer, eos=[2])
     in_batch = batch[(5, 0)]
     assert np.array_equal(alone.token_ids, in_batch.token_ids)
     assert np.max(np.abs(alone.entropy - in_batch.entropy)) < 1e-4
     # seeds are per request: another seed gives other tokens
-    (reseeded,) = tiny_engine.run(
-        tokenizer, prompts[5:6], 1, SamplingParams(max_new_tokens=16, seed=12), [2]
+    (reseeded,) = generate(
+        tiny_engine,
+        prompts[5:6],
+        1,
+        SamplingParams(max_new_tokens=16, seed=12),
+        tokenizer=tokenizer,
+        eos=[2],
     )
     assert not np.array_equal(reseeded.token_ids, alone.token_ids)
 
@@ -209,7 +221,9 @@ def test_mass_columns_equal_a_float64_softmax_sum(tiny_engine, vllm_tiny_dir, to
 
     ids = tokenizer_word_start_ids(tokenizer, default_lexicon())
     params = SamplingParams(temperature=0.7, max_new_tokens=12, seed=4)
-    sequences = list(tiny_engine.run(tokenizer, prompts, 2, params, MANY_EOS, mass_ids=ids))
+    sequences = list(
+        generate(tiny_engine, prompts, 2, params, tokenizer=tokenizer, eos=MANY_EOS, mass_ids=ids)
+    )
     model = float64_model(vllm_tiny_dir)
     by_index = {p.prompt_index: p for p in prompts}
     for seq in sequences:
@@ -222,7 +236,7 @@ def test_mass_columns_equal_a_float64_softmax_sum(tiny_engine, vllm_tiny_dir, to
             got = getattr(seq, f"{category}_mass")
             assert got.dtype == np.float32 and got.shape == (seq.n_tokens,)
             np.testing.assert_allclose(got, p[:, index].sum(axis=1), rtol=1e-4, atol=1e-8)
-    plain = list(tiny_engine.run(tokenizer, prompts[:1], 1, params, MANY_EOS))
+    plain = list(generate(tiny_engine, prompts[:1], 1, params, tokenizer=tokenizer, eos=MANY_EOS))
     assert plain[0].anthropomorphic_mass is None and plain[0].reasoning_mass is None
     # the same tokens and records as without the columns
     again = next(s for s in sequences if (s.prompt_index, s.sample_index) == (0, 0))
@@ -243,7 +257,7 @@ def test_the_vllm_backend_through_the_contract_equals_the_engine(
     eos = eos_token_ids_of(vllm_tiny_dir, tokenizer)
     want = {
         (s.prompt_index, s.sample_index): s
-        for s in tiny_engine.run(tokenizer, prompts[:2], 2, params, eos)
+        for s in generate(tiny_engine, prompts[:2], 2, params, tokenizer=tokenizer, eos=eos)
     }
     settings = VLLMSettings(kv_cache_memory_bytes=KV_BYTES, max_model_len=512)
     with open_backend("vllm", vllm_tiny_dir, dtype="float32", vllm=settings) as backend:
@@ -272,7 +286,7 @@ def test_generation_config_of_the_checkpoint_is_ignored(tmp_path, tokenizer, pro
     engine = start(folder)
     try:
         params = SamplingParams(max_new_tokens=12, seed=5)
-        sequences = list(engine.run(tokenizer, prompts, 2, params, [2]))
+        sequences = list(generate(engine, prompts, 2, params, tokenizer=tokenizer, eos=[2]))
     finally:
         engine.close()
     assert_exact(sequences, float64_model(folder), tokenizer, prompts, params)
@@ -286,7 +300,7 @@ def test_bfloat16_logprob_equals_vllms_raw_logprobs(vllm_tiny_dir, tokenizer, pr
     try:
         recorded = {
             (s.prompt_index, s.sample_index): s
-            for s in engine.run(tokenizer, prompts, 2, params, [2])
+            for s in generate(engine, prompts, 2, params, tokenizer=tokenizer, eos=[2])
         }
     finally:
         engine.close()
@@ -326,7 +340,7 @@ def test_smollm2_float32_records_equal_a_float64_rescore(smollm2_dir, tokenizer,
             SamplingParams(temperature=0.6, top_k=5, max_new_tokens=32, seed=1),
             SamplingParams(temperature=1.0, max_new_tokens=32, seed=2),
         ):
-            sequences = list(engine.run(tokenizer, prompts, 2, params, eos))
+            sequences = list(generate(engine, prompts, 2, params, tokenizer=tokenizer, eos=eos))
             assert len(sequences) == 6
             worst = assert_exact(sequences, model, tokenizer, prompts, params)
             print(f"SmolLM2 T={params.temperature} top_k={params.top_k}: worst {worst:.2e}")
@@ -432,7 +446,9 @@ def test_varied_lengths_record_exactly_and_no_finish_waits_for_the_device(
         params = SamplingParams(max_new_tokens=24, seed=5)
         core = engine.llm.llm_engine
         sequences, during_run = [], 0
-        for seq in engine.run(tokenizer, prompts, 2, params, [2], max_tokens=limits):
+        for seq in generate(
+            engine, prompts, 2, params, tokenizer=tokenizer, eos=[2], max_tokens=limits
+        ):
             sequences.append(seq)
             during_run += core.has_unfinished_requests()
     finally:

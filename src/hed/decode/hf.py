@@ -164,6 +164,8 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
     progress: Callable[[int, int], None] | None = None,
     skip: Collection[tuple[int, int]] = (),
     mass_ids: Mapping[str, np.ndarray] | None = None,
+    *,
+    encoded: Mapping[int, Sequence[int]] | None = None,
 ) -> Iterator[GeneratedSequence]:
     """Sample ``samples_per_prompt`` responses per prompt and record every response token.
 
@@ -179,7 +181,8 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
     Args:
         model: a causal LM in eval mode (e.g. from :func:`load_model_and_tokenizer`).
         tokenizer: its tokenizer; prompts are encoded without added special tokens (the
-            chat template already wrote them) and left-padded here.
+            chat template already wrote them) and left-padded here. None when ``encoded``
+            is given: the sequences then have no token texts (benchmarks of random models).
         prompts: the prompts, already chat-templated.
         samples_per_prompt: responses per prompt.
         params: sampling settings.
@@ -190,6 +193,7 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
         skip: ``(prompt_index, sample_index)`` pairs not to generate.
         mass_ids: {category: word-start ids} (:mod:`hed.core.propensity`): the sequences get
             ``anthropomorphic_mass`` / ``reasoning_mass``; None leaves them None.
+        encoded: ``prompt_index -> prompt token ids`` instead of encoding ``prompt.text``.
 
     Yields:
         One :class:`GeneratedSequence` per (prompt, sample).
@@ -200,7 +204,8 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
     pairs = sequence_pairs(prompts, samples_per_prompt)
     pad_token_id = _pad_token_id(tokenizer, eos_token_ids)
     device = next(model.parameters()).device
-    encoded = encode_prompts(tokenizer, prompts)
+    if encoded is None:
+        encoded = encode_prompts(tokenizer, prompts)
     skip = set(skip)
     eos = torch.tensor(list(eos_token_ids), dtype=torch.long, device=device)
     n_sequences = n_tokens = 0
@@ -305,7 +310,11 @@ def _batch_results(
                 "ran after it"
             )
         rows.append((prompt, sample, ids[:n], n, finish_reason, row))
-    texts = token_texts_batch(tokenizer, [ids for _, _, ids, _, _, _ in rows])
+    texts = (
+        token_texts_batch(tokenizer, [ids for _, _, ids, _, _, _ in rows])
+        if tokenizer is not None
+        else [[] for _ in rows]  # benchmarks of tokenizer-less random models
+    )
     return [
         GeneratedSequence(
             prompt_index=prompt.prompt_index,
@@ -333,7 +342,7 @@ def _batch_results(
 
 def _pad_token_id(tokenizer, eos_token_ids: Sequence[int]) -> int:
     """The tokenizer's pad id, else the first EOS id, else 0 (padding is masked anyway)."""
-    if tokenizer.pad_token_id is not None:
+    if tokenizer is not None and tokenizer.pad_token_id is not None:
         return int(tokenizer.pad_token_id)
     return int(eos_token_ids[0]) if eos_token_ids else 0
 
@@ -374,12 +383,37 @@ class HFBackend(DecodingBackend):
     name = "hf"
 
     def __init__(self, model_dir: str | Path, *, dtype: Any, device: str) -> None:
-        self.model_dir, self.dtype, self.device = model_dir, dtype_label(dtype), device
-        self.model, self.tokenizer = load_model_and_tokenizer(
-            model_dir, dtype=self.dtype, device=device
-        )
-        self.eos_token_ids = checkpoint_eos_token_ids(self.model, self.tokenizer)
-        self.max_position_embeddings = getattr(self.model.config, "max_position_embeddings", None)
+        dtype = dtype_label(dtype)
+        model, tokenizer = load_model_and_tokenizer(model_dir, dtype=dtype, device=device)
+        eos_token_ids = checkpoint_eos_token_ids(model, tokenizer)
+        self._hold(model, tokenizer, eos_token_ids, model_dir, dtype=dtype, device=device)
+
+    @classmethod
+    def of_model(
+        cls, model, tokenizer=None, *, eos_token_ids: Sequence[int] = (), model_dir: Any = None
+    ) -> HFBackend:
+        """The backend over a model already in memory (benchmarks of random-weight models).
+
+        Args:
+            model: a causal LM in eval mode, on its device, in its dtype.
+            tokenizer: its tokenizer; None when every :meth:`generate` call passes
+                ``encoded`` (the sequences then have no token texts).
+            eos_token_ids: the ids that end a response (empty: every response runs
+                ``max_new_tokens`` steps).
+            model_dir: where it came from, if anywhere (kept as :attr:`model_dir`).
+        """
+        backend = cls.__new__(cls)
+        device = next(model.parameters()).device.type
+        dtype = dtype_label(model.dtype)
+        backend._hold(model, tokenizer, list(eos_token_ids), model_dir, dtype=dtype, device=device)
+        return backend
+
+    def _hold(
+        self, model, tokenizer, eos_token_ids: list[int], model_dir: Any, *, dtype: str, device: str
+    ) -> None:
+        self.model, self.tokenizer, self.eos_token_ids = model, tokenizer, eos_token_ids
+        self.model_dir, self.dtype, self.device = model_dir, dtype, device
+        self.max_position_embeddings = getattr(model.config, "max_position_embeddings", None)
         self.metadata = {"name": "hf", "version": transformers.__version__}
 
     def generate(
@@ -390,8 +424,12 @@ class HFBackend(DecodingBackend):
         *,
         progress: Progress | None = None,
         skip: Collection[tuple[int, int]] = (),
+        encoded: Mapping[int, Sequence[int]] | None = None,
     ) -> Iterator[GeneratedSequence]:
-        """:func:`generate_sequences` with this backend's model, tokenizer and EOS ids."""
+        """:func:`generate_sequences` with this backend's model, tokenizer and EOS ids.
+
+        ``encoded`` (``prompt_index -> token ids``, beyond the contract) replaces encoding
+        the prompts' text: benchmarks of tokenizer-less random models (:meth:`of_model`)."""
         if self.model is None:
             raise RuntimeError("HFBackend.generate after close()")
         return generate_sequences(
@@ -404,6 +442,7 @@ class HFBackend(DecodingBackend):
             progress,
             skip,
             mass_ids=self.mass_ids,
+            encoded=encoded,
         )
 
     def close(self) -> None:

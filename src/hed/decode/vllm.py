@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -109,47 +109,62 @@ def sampling_request(
 
 
 class RecordingEngine:
-    """A vLLM engine with HED's recording processor, for one or more :meth:`run` calls.
+    """A vLLM engine with HED's recording processor, for one or more :meth:`generate` calls.
+
+    :class:`VLLMBackend` starts one per ``generate`` call; benchmarks and tests keep one
+    engine for several calls (and its ``llm`` for plain vLLM requests). :meth:`generate` has
+    the decoding contract's call shape (:meth:`hed.decode.backend.DecodingBackend.generate`).
 
     Args:
         arguments: ``vllm.LLM`` keyword arguments (:func:`engine_arguments`).
         record: register the processor (False: plain vLLM, for benchmarks and tests).
+        tokenizer: the checkpoint's tokenizer (prompt encoding, token texts); None when every
+            :meth:`generate` call passes ``encoded`` (the sequences then have no token texts:
+            benchmarks of tokenizer-less dummy models).
+        eos_token_ids: every id that ends a response (empty: each response runs its
+            ``max_tokens``).
 
     Raises:
         ConfigError: see :func:`start_engine`.
     """
 
-    def __init__(self, arguments: dict[str, Any], record: bool = True) -> None:
+    def __init__(
+        self,
+        arguments: dict[str, Any],
+        record: bool = True,
+        *,
+        tokenizer: Any = None,
+        eos_token_ids: Sequence[int] = (),
+    ) -> None:
         from hed.decode.vllm_processor import make_processor_class
 
+        self.tokenizer, self.eos_token_ids = tokenizer, list(eos_token_ids)
         self.vllm = import_vllm()
         self.processor_class = make_processor_class(None) if record else None
         self.llm = start_engine(arguments, [self.processor_class] if record else [])
         if record:
             skip_output_token_ids(self.llm)
 
-    def run(  # noqa: PLR0917 - the call shape of hed.decode.hf.generate_sequences
+    def generate(
         self,
-        tokenizer,
         prompts: Sequence[PromptInput],
         samples_per_prompt: int,
         params: SamplingParams,
-        eos_token_ids: Sequence[int],
-        progress: Callable[[int, int], None] | None = None,
-        encoded: dict[int, list[int]] | None = None,
         *,
-        skip: set[tuple[int, int]] | None = None,
+        progress: Progress | None = None,
+        skip: Collection[tuple[int, int]] = (),
+        encoded: Mapping[int, Sequence[int]] | None = None,
         max_tokens: Mapping[tuple[int, int], int] | None = None,
         mass_ids: dict[str, np.ndarray] | None = None,
     ) -> Iterator[GeneratedSequence]:
-        """Sample and record, as :meth:`VLLMBackend.generate` (which see).
+        """Sample and record, as :meth:`VLLMBackend.generate` (which see), on this engine.
 
-        ``tokenizer`` may be None when ``encoded`` (prompt_index -> prompt token ids) is
-        given; the sequences then have no token texts (benchmarks of dummy models).
-        ``mass_ids``: {category: word-start ids} whose mass the sink records
-        (:class:`hed.decode.vllm_processor.RecordSink`); None: no mass columns.
-        ``max_tokens`` maps (prompt_index, sample_index) to a response length limit of its
-        own (benchmarks and tests of varied lengths); others use ``params.max_new_tokens``.
+        Beyond the contract: ``encoded`` (prompt_index -> prompt token ids) replaces encoding
+        the prompts' text with the tokenizer. ``mass_ids``: {category: word-start ids} whose
+        mass the sink records (:class:`hed.decode.vllm_processor.RecordSink`); None: no mass
+        columns. ``max_tokens`` maps (prompt_index, sample_index) to a response length limit
+        of its own (benchmarks and tests of varied lengths); others use
+        ``params.max_new_tokens``.
 
         A finished request is yielded once its records are on the host: the sink's copies
         never block an engine step (:class:`hed.decode.vllm_processor.RecordSink`), and the
@@ -157,9 +172,10 @@ class RecordingEngine:
         """
         from hed.decode.vllm_processor import RecordSink
 
+        tokenizer, eos_token_ids = self.tokenizer, self.eos_token_ids
         if encoded is None:
             encoded = encode_prompts(tokenizer, prompts)
-        pairs = sequence_pairs(prompts, samples_per_prompt, skip or ())
+        pairs = sequence_pairs(prompts, samples_per_prompt, set(skip))
         sink = RecordSink(
             params.temperature,
             params.top_prob_k,
@@ -353,17 +369,17 @@ class VLLMBackend(DecodingBackend):
             max_model_len=max_model_len,
             seed=sampling.seed,
         )
-        engine = RecordingEngine(arguments)
+        engine = RecordingEngine(
+            arguments, tokenizer=self.tokenizer, eos_token_ids=self.eos_token_ids
+        )
         try:
-            yield from engine.run(
-                self.tokenizer,
+            yield from engine.generate(
                 prompts,
                 samples_per_prompt,
                 sampling,
-                self.eos_token_ids,
-                progress,
-                encoded,
+                progress=progress,
                 skip=skip,
+                encoded=encoded,
                 mass_ids=self.mass_ids,
             )
         finally:

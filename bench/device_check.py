@@ -200,9 +200,11 @@ def hed_generate(model, input_ids, new_tokens: int, stats_kernel: str = "auto") 
     params = SamplingParams(
         max_new_tokens=new_tokens, top_prob_k=5, batch_size=batch, stats_kernel=stats_kernel
     )
-    prompts = [PromptInput(prompt_index=row, prompt_id=f"r{row}", text="") for row in range(batch)]
-    encoded = dict(enumerate(input_ids.tolist()))
-    generated = HFBackend.of_model(model).generate(prompts, 1, params, encoded=encoded)
+    prompts = [
+        PromptInput(prompt_index=row, prompt_id=f"r{row}", text="", token_ids=tuple(ids))
+        for row, ids in enumerate(input_ids.tolist())
+    ]
+    generated = HFBackend.of_model(model).generate(prompts, 1, params)
     sequences = sorted(generated, key=lambda s: s.prompt_index)
     names = ("token_ids", "entropy", "logprob", "topk_token_ids")
     return {name: np.stack([getattr(s, name) for s in sequences]) for name in names}

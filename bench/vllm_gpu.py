@@ -53,6 +53,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -379,9 +380,8 @@ def run_phases(args, report, vllm, shape: dict, folder: Path) -> None:
 def hf_rate(model, prompts, encoded, params, args) -> float:
     """Tokens/s of HF ``generate`` with HED's recording on the same prompts (all full length)."""
     backend = HFBackend.of_model(model)  # no tokenizer (random ids, no texts), EOS off
-    seconds, out = timed(
-        args.device, lambda: list(backend.generate(prompts, 1, params, encoded=encoded))
-    )
+    as_ids = [replace(p, token_ids=tuple(encoded[p.prompt_index])) for p in prompts]
+    seconds, out = timed(args.device, lambda: list(backend.generate(as_ids, 1, params)))
     return sum(s.n_tokens for s in out) / seconds
 
 

@@ -87,6 +87,22 @@ def test_both_backends_implement_the_one_contract():
         ]  # fmt: skip
 
 
+def test_the_benches_engine_has_the_contracts_call_shape():
+    """``RecordingEngine.generate`` (benchmarks keep one vLLM engine for several calls) takes the
+    contract's arguments in the contract's order; what it adds is keyword-only, with defaults."""
+    from hed.decode.vllm import RecordingEngine
+
+    parameters = inspect.signature(RecordingEngine.generate).parameters
+    contract = inspect.signature(DecodingBackend.generate).parameters
+    assert list(parameters)[:6] == list(contract) == [
+        "self", "prompts", "samples_per_prompt", "sampling", "progress", "skip"
+    ]  # fmt: skip
+    for name in list(parameters)[4:]:
+        assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+        assert parameters[name].default is not inspect.Parameter.empty, name
+    assert not hasattr(RecordingEngine, "run")  # the old positional shape is gone
+
+
 def test_open_backend_refuses_an_unknown_name_before_loading_anything(tmp_path):
     with pytest.raises(ConfigError) as refused:
         open_backend("vlm", tmp_path / "missing")
@@ -177,3 +193,32 @@ def test_the_hf_backend_yields_what_generate_sequences_yields(tiny_model_dir):
         assert a.token_texts == b.token_texts
     assert special.dtype == np.int32 and set(eos) <= set(special.tolist())
     assert backend.model is None  # closed: the model is released
+
+
+def test_a_model_in_memory_given_token_ids_records_what_the_loaded_backend_records(
+    tiny_model_dir,
+):
+    """``HFBackend.of_model`` over the loaded backend's model, no tokenizer, the prompts as
+    token ids (as the GPU benches run random-weight models): the same tokens and records,
+    bit for bit, and no token texts."""
+    from dataclasses import replace
+
+    from hed.decode.hf import HFBackend
+    from hed.decode.types import encode_prompts
+
+    prompts = PROMPTS[:2]
+    with open_backend("hf", tiny_model_dir, dtype="float32") as backend:
+        want = list(backend.generate(prompts, 2, SAMPLING))
+        encoded = encode_prompts(backend.tokenizer, prompts)
+        as_ids = [replace(p, text="", token_ids=tuple(encoded[p.prompt_index])) for p in prompts]
+        bare = HFBackend.of_model(backend.model, eos_token_ids=backend.eos_token_ids)
+        assert (bare.dtype, bare.device, bare.tokenizer) == ("float32", "cpu", None)
+        got = list(bare.generate(as_ids, 2, SAMPLING))
+    assert [(s.prompt_index, s.sample_index) for s in got] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for a, b in zip(got, want, strict=True):
+        assert a.token_ids.tolist() == b.token_ids.tolist()
+        for name in ("entropy", "logprob", "topk_token_ids", "topk_probs"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+        assert a.finish_reason == b.finish_reason
+        assert a.token_texts == [] and a.response_text == ""
+        assert len(b.token_texts) == b.n_tokens > 0

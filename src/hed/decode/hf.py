@@ -164,8 +164,6 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
     progress: Callable[[int, int], None] | None = None,
     skip: Collection[tuple[int, int]] = (),
     mass_ids: Mapping[str, np.ndarray] | None = None,
-    *,
-    encoded: Mapping[int, Sequence[int]] | None = None,
 ) -> Iterator[GeneratedSequence]:
     """Sample ``samples_per_prompt`` responses per prompt and record every response token.
 
@@ -181,8 +179,9 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
     Args:
         model: a causal LM in eval mode (e.g. from :func:`load_model_and_tokenizer`).
         tokenizer: its tokenizer; prompts are encoded without added special tokens (the
-            chat template already wrote them) and left-padded here. None when ``encoded``
-            is given: the sequences then have no token texts (benchmarks of random models).
+            chat template already wrote them) and left-padded here. None when every prompt
+            carries its ``token_ids``: the sequences then have no token texts (benchmarks of
+            random-weight models).
         prompts: the prompts, already chat-templated.
         samples_per_prompt: responses per prompt.
         params: sampling settings.
@@ -193,7 +192,6 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
         skip: ``(prompt_index, sample_index)`` pairs not to generate.
         mass_ids: {category: word-start ids} (:mod:`hed.core.propensity`): the sequences get
             ``anthropomorphic_mass`` / ``reasoning_mass``; None leaves them None.
-        encoded: ``prompt_index -> prompt token ids`` instead of encoding ``prompt.text``.
 
     Yields:
         One :class:`GeneratedSequence` per (prompt, sample).
@@ -204,8 +202,7 @@ def generate_sequences(  # noqa: PLR0917 - the call shape the generation node us
     pairs = sequence_pairs(prompts, samples_per_prompt)
     pad_token_id = _pad_token_id(tokenizer, eos_token_ids)
     device = next(model.parameters()).device
-    if encoded is None:
-        encoded = encode_prompts(tokenizer, prompts)
+    encoded = encode_prompts(tokenizer, prompts)
     skip = set(skip)
     eos = torch.tensor(list(eos_token_ids), dtype=torch.long, device=device)
     n_sequences = n_tokens = 0
@@ -396,8 +393,8 @@ class HFBackend(DecodingBackend):
 
         Args:
             model: a causal LM in eval mode, on its device, in its dtype.
-            tokenizer: its tokenizer; None when every :meth:`generate` call passes
-                ``encoded`` (the sequences then have no token texts).
+            tokenizer: its tokenizer; None when every prompt carries its ``token_ids``
+                (:class:`~hed.decode.types.PromptInput`; the sequences then have no token texts).
             eos_token_ids: the ids that end a response (empty: every response runs
                 ``max_new_tokens`` steps).
             model_dir: where it came from, if anywhere (kept as :attr:`model_dir`).
@@ -424,12 +421,8 @@ class HFBackend(DecodingBackend):
         *,
         progress: Progress | None = None,
         skip: Collection[tuple[int, int]] = (),
-        encoded: Mapping[int, Sequence[int]] | None = None,
     ) -> Iterator[GeneratedSequence]:
-        """:func:`generate_sequences` with this backend's model, tokenizer and EOS ids.
-
-        ``encoded`` (``prompt_index -> token ids``, beyond the contract) replaces encoding
-        the prompts' text: benchmarks of tokenizer-less random models (:meth:`of_model`)."""
+        """:func:`generate_sequences` with this backend's model, tokenizer and EOS ids."""
         if self.model is None:
             raise RuntimeError("HFBackend.generate after close()")
         return generate_sequences(
@@ -442,7 +435,6 @@ class HFBackend(DecodingBackend):
             progress,
             skip,
             mass_ids=self.mass_ids,
-            encoded=encoded,
         )
 
     def close(self) -> None:

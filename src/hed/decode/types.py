@@ -34,11 +34,15 @@ class PromptInput:
         prompt_index: 0-based index in the sampled prompt set.
         prompt_id: stable identifier of the prompt (part of the sampling seed).
         text: the full model input, already chat-templated (special tokens written as text).
+        token_ids: the model input as token ids, when it is given that way (benchmarks of
+            random-weight models without a tokenizer); None (always, in a study): the backend
+            encodes ``text`` with the checkpoint's tokenizer.
     """
 
     prompt_index: int
     prompt_id: str
     text: str
+    token_ids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,9 +146,14 @@ def sequence_pairs(
 
 def encode_prompts(tokenizer, prompts: Sequence[PromptInput]) -> dict[int, list[int]]:
     """``prompt_index -> token ids`` of each prompt, without added special tokens (the chat
-    template already wrote them)."""
+    template already wrote them); a prompt given as ``token_ids`` keeps them (``tokenizer`` may
+    then be None)."""
     return {
-        prompt.prompt_index: tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
+        prompt.prompt_index: (
+            list(prompt.token_ids)
+            if prompt.token_ids is not None
+            else tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
+        )
         for prompt in prompts
     }
 

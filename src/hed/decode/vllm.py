@@ -119,7 +119,7 @@ class RecordingEngine:
         arguments: ``vllm.LLM`` keyword arguments (:func:`engine_arguments`).
         record: register the processor (False: plain vLLM, for benchmarks and tests).
         tokenizer: the checkpoint's tokenizer (prompt encoding, token texts); None when every
-            :meth:`generate` call passes ``encoded`` (the sequences then have no token texts:
+            prompt carries its ``token_ids`` (the sequences then have no token texts:
             benchmarks of tokenizer-less dummy models).
         eos_token_ids: every id that ends a response (empty: each response runs its
             ``max_tokens``).
@@ -149,7 +149,7 @@ class RecordingEngine:
         self,
         prompts: Sequence[PromptInput],
         samples_per_prompt: int,
-        params: SamplingParams,
+        sampling: SamplingParams,
         *,
         progress: Progress | None = None,
         skip: Collection[tuple[int, int]] = (),
@@ -159,12 +159,12 @@ class RecordingEngine:
     ) -> Iterator[GeneratedSequence]:
         """Sample and record, as :meth:`VLLMBackend.generate` (which see), on this engine.
 
-        Beyond the contract: ``encoded`` (prompt_index -> prompt token ids) replaces encoding
-        the prompts' text with the tokenizer. ``mass_ids``: {category: word-start ids} whose
-        mass the sink records (:class:`hed.decode.vllm_processor.RecordSink`); None: no mass
-        columns. ``max_tokens`` maps (prompt_index, sample_index) to a response length limit
-        of its own (benchmarks and tests of varied lengths); others use
-        ``params.max_new_tokens``.
+        Beyond the contract, keyword-only: ``encoded`` (prompt_index -> prompt token ids, as
+        :func:`hed.decode.types.encode_prompts` gives them) saves encoding the prompts again.
+        ``mass_ids``: {category: word-start ids} whose mass the sink records
+        (:class:`hed.decode.vllm_processor.RecordSink`); None: no mass columns. ``max_tokens``
+        maps (prompt_index, sample_index) to a response length limit of its own (benchmarks
+        and tests of varied lengths); others use ``sampling.max_new_tokens``.
 
         A finished request is yielded once its records are on the host: the sink's copies
         never block an engine step (:class:`hed.decode.vllm_processor.RecordSink`), and the
@@ -177,13 +177,13 @@ class RecordingEngine:
             encoded = encode_prompts(tokenizer, prompts)
         pairs = sequence_pairs(prompts, samples_per_prompt, set(skip))
         sink = RecordSink(
-            params.temperature,
-            params.top_prob_k,
-            stats_kernel=params.stats_kernel,
+            sampling.temperature,
+            sampling.top_prob_k,
+            stats_kernel=sampling.stats_kernel,
             mass_ids=mass_ids,
         )
         limits = [
-            (max_tokens or {}).get((prompt.prompt_index, sample), params.max_new_tokens)
+            (max_tokens or {}).get((prompt.prompt_index, sample), sampling.max_new_tokens)
             for prompt, sample in pairs
         ]
         if self.processor_class is not None:
@@ -192,8 +192,8 @@ class RecordingEngine:
         for key, (prompt, sample) in enumerate(pairs):
             request = sampling_request(
                 self.vllm,
-                params,
-                seed=sequence_seed(params.seed, prompt.prompt_id, sample),
+                sampling,
+                seed=sequence_seed(sampling.seed, prompt.prompt_id, sample),
                 key=key,
                 eos=eos_token_ids,
                 max_tokens=limits[key],
@@ -224,7 +224,9 @@ class RecordingEngine:
                 if not ready:
                     continue
                 results = [
-                    _sequence(out, pairs, sink, limits, params=params, eos_token_ids=eos_token_ids)
+                    _sequence(
+                        out, pairs, sink, limits, params=sampling, eos_token_ids=eos_token_ids
+                    )
                     for out in ready
                 ]
                 texts = (

@@ -1674,10 +1674,10 @@ def _(t: Ctx) -> Expect:
 
 @case("dynamics-estimators")
 def _(t: Ctx) -> Expect:
-    from hed.pipelines.dynamics.nodes import dynamics_section
+    from hed.config.analysis_params import dynamics_params
 
     return Expect(
-        lambda: dynamics_section({"estimators": ["ppo"]}),
+        lambda: dynamics_params({"estimators": ["ppo"]}),
         ConfigError,
         ("dynamics.estimators", "ppo"),
     )

@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hed.config import layout, params
+from hed.config.analysis_params import analyses_params, dynamics_params
 from hed.config.publish import publish_params
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import CheckpointError, ConfigError
@@ -148,7 +149,8 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
     shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``, the
     completeness rules that need no data (:func:`check_strict_completeness`), ``rescoring``
     (:func:`hed.analysis.rescoring.rescoring_section`), ``publish`` (destinations and their
-    targets: :func:`hed.config.publish.publish_params`). Unknown keys are refused earlier, when
+    targets: :func:`hed.config.publish.publish_params`), ``dynamics`` and ``analyses``
+    (:mod:`hed.config.analysis_params`). Unknown keys are refused earlier, when
     the session starts (:func:`hed.config.sections.check_unknown_keys`).
 
     Args:
@@ -159,7 +161,9 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         ``{section: parsed}`` in check order: a :class:`~hed.config.layout.StudyLayout` for
         ``runs``, :class:`~hed.config.params.GenerationParams`,
         :class:`~hed.config.params.AggregationParams`, :class:`~hed.config.params.ReportingParams`,
-        :class:`~hed.analysis.rescoring.RescoringParams`.
+        :class:`~hed.analysis.rescoring.RescoringParams`,
+        :class:`~hed.config.analysis_params.DynamicsParams`,
+        :class:`~hed.config.analysis_params.AnalysesParams`.
 
     Raises:
         ConfigError: the first invalid value, in the nodes' own one-line wording.
@@ -193,13 +197,18 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         parsed["rescoring"] = rescoring_section(load("rescoring"))
     if "params:publish" in datasets:
         parsed["publish"] = publish_params(load("publish"))
+    if "params:dynamics" in datasets:
+        parsed["dynamics"] = dynamics_params(load("dynamics"))
+    if "params:analyses" in datasets:
+        parsed["analyses"] = analyses_params(load("analyses"))
     return parsed
 
 
 #: Sections whose nodes take the parsed object (``GenerationParams.of``,
-#: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section`` accept it): the
-#: pre-run check hands these to them in place of the raw dict.
-TYPED_SECTIONS = ("generation", "aggregation", "reporting", "rescoring")
+#: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section``,
+#: ``DynamicsParams.of``, ``AnalysesParams.of`` accept it): the pre-run check hands these to
+#: them in place of the raw dict.
+TYPED_SECTIONS = ("generation", "aggregation", "reporting", "rescoring", "dynamics", "analyses")
 
 
 def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
@@ -207,8 +216,10 @@ def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
 
     ``params:generation`` then holds a :class:`~hed.config.params.GenerationParams`,
     ``params:aggregation`` an :class:`~hed.config.params.AggregationParams`,
-    ``params:reporting`` a :class:`~hed.config.params.ReportingParams` and
-    ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`: the nodes read
+    ``params:reporting`` a :class:`~hed.config.params.ReportingParams`,
+    ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`,
+    ``params:dynamics`` a :class:`~hed.config.analysis_params.DynamicsParams` and
+    ``params:analyses`` an :class:`~hed.config.analysis_params.AnalysesParams`: the nodes read
     attributes, nothing is parsed again. The whole ``parameters`` dataset (what
     ``resolved_config`` records) is left as configured.
 

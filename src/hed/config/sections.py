@@ -10,7 +10,8 @@ sampling run at 1.0.
 Defaults that a typed section already declares are taken from it, so each lives in one place:
 the sampling settings from :class:`hed.decode.types.SamplingParams`, the vLLM engine's from
 :class:`hed.decode.types.VLLMSettings`, the rescoring's from
-:data:`hed.analysis.rescoring.RESCORING_DEFAULTS`. ``conf/base/parameters_*.yml`` write the
+:data:`hed.analysis.rescoring.RESCORING_DEFAULTS`, the dynamics' and the analyses' from
+:mod:`hed.config.analysis_params`. ``conf/base/parameters_*.yml`` write the
 same values out for users (a test keeps them equal).
 """
 
@@ -24,6 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from hed.analysis.rescoring import RESCORING_DEFAULTS
+from hed.config.analysis_params import (
+    AnalysesParams,
+    DeltaLogprobSettings,
+    DynamicsFigures,
+    MismatchSettings,
+    TrainerEntropySettings,
+    dynamics_defaults,
+    section_defaults,
+)
 from hed.decode.prompts import DUPLICATE_POLICIES
 from hed.decode.types import SamplingParams, VLLMSettings
 from hed.errors import ConfigError
@@ -115,27 +125,14 @@ SECTIONS: dict[str, dict[str, Any]] = {
         "private": True,
         "create_repo": True,
     },
-    "dynamics": {
-        "estimators": ["grpo", "dr_grpo"],
-        "epsilon": 1.0e-6,
-        "clip_cov_band": [1.0, 5.0],
-        "kl_cov_ratio": 0.002,
-        "batch_records": 65536,
-        "figures": {},
-    },
-    "dynamics.figures": {"panel_size": [3.2, 2.2], "dpi": 200},
+    "dynamics": dynamics_defaults(),  # estimators, epsilon, the covariance settings, figures
+    "dynamics.figures": section_defaults(DynamicsFigures),
     "rescoring": {**RESCORING_DEFAULTS, "reference": {}},
     "rescoring.reference": RESCORING_DEFAULTS["reference"],
-    "analyses": {
-        "reference_run": None,
-        "mismatch": {},
-        "trainer_entropy": {},
-        "delta_logprob": {},
-        "dpi": 200,
-    },
-    "analyses.mismatch": {"dtype": "bfloat16", "ratio_bounds": [0.5, 2.0]},
-    "analyses.trainer_entropy": {"metric_key": "actor/entropy", "tolerance_nats": 0.05},
-    "analyses.delta_logprob": {"top_n": 20, "min_count": 2},
+    "analyses": section_defaults(AnalysesParams),  # reference_run, mismatch, ..., dpi
+    "analyses.mismatch": section_defaults(MismatchSettings),
+    "analyses.trainer_entropy": section_defaults(TrainerEntropySettings),
+    "analyses.delta_logprob": section_defaults(DeltaLogprobSettings),
     "mini_rl": {
         "base_model": {},
         "wandb": {},

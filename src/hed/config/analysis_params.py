@@ -11,12 +11,11 @@ A node given a raw dict (a test, a notebook) parses it with the same function
 Each default is written once: here, as a dataclass default, or in the analysis module that
 uses it (:data:`hed.core.advantage.ESTIMATORS`, :class:`hed.analysis.covariance.CovarianceSettings`,
 :data:`hed.analysis.mismatch.VERL_RATIO_BOUNDS`, ...). :data:`hed.config.sections.SECTIONS`
-lists the same defaults, taken from these classes (:func:`section_defaults`).
+lists the same defaults, taken from these classes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -249,37 +248,6 @@ def _delta_logprob(raw: Mapping[str, Any]) -> DeltaLogprobSettings:
     )
 
 
-# ------------------------------------------------------------------ defaults, as configured
-
-
-def section_defaults(cls: type) -> dict[str, Any]:
-    """``{key: default}`` of a section's dataclass as YAML writes it: tuples as lists, a nested
-    section as ``{}`` (its keys are listed under its own dotted name).
-
-    E.g. ``section_defaults(DynamicsFigures)`` → ``{"panel_size": [3.2, 2.2], "dpi": 200}``.
-    """
-    out = {}
-    for item in dataclasses.fields(cls):
-        value = item.default
-        if value is dataclasses.MISSING:
-            value = item.default_factory()  # type: ignore[misc]
-        if dataclasses.is_dataclass(value):
-            value = {}
-        out[item.name] = list(value) if isinstance(value, tuple) else value
-    return out
-
-
-def dynamics_defaults() -> dict[str, Any]:
-    """The ``dynamics`` keys with their defaults, flat as the section is written (the
-    covariance settings are keys of ``dynamics`` itself)."""
-    flat = section_defaults(DynamicsParams)
-    flat.pop("covariance")
-    covariance = section_defaults(CovarianceSettings)
-    return {"estimators": flat["estimators"], "epsilon": flat["epsilon"],
-            **{k: covariance[k] for k in ("clip_cov_band", "kl_cov_ratio", "batch_records")},
-            "figures": flat["figures"]}  # fmt: skip
-
-
 __all__ = [
     "AnalysesParams",
     "DeltaLogprobSettings",
@@ -288,7 +256,5 @@ __all__ = [
     "MismatchSettings",
     "TrainerEntropySettings",
     "analyses_params",
-    "dynamics_defaults",
     "dynamics_params",
-    "section_defaults",
 ]

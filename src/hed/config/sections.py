@@ -24,15 +24,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hed.analysis.covariance import CovarianceSettings
 from hed.analysis.rescoring import RESCORING_DEFAULTS
 from hed.config.analysis_params import (
     AnalysesParams,
     DeltaLogprobSettings,
     DynamicsFigures,
+    DynamicsParams,
     MismatchSettings,
     TrainerEntropySettings,
-    dynamics_defaults,
-    section_defaults,
 )
 from hed.decode.prompts import DUPLICATE_POLICIES
 from hed.decode.types import SamplingParams, VLLMSettings
@@ -40,11 +40,33 @@ from hed.errors import ConfigError
 
 
 def _defaults_of(cls: type) -> dict[str, Any]:
-    """``{field: default}`` of a dataclass, ``...`` for a field without one (in field order)."""
-    return {
-        field.name: field.default if field.default is not dataclasses.MISSING else ...
-        for field in dataclasses.fields(cls)
-    }
+    """``{field: default}`` of a dataclass as YAML writes it, in field order: ``...`` for a field
+    without a default, a tuple as a list, a nested section (a dataclass) as ``{}`` (its keys
+    are listed under its own dotted name).
+
+    E.g. ``_defaults_of(DynamicsFigures)`` → ``{"panel_size": [3.2, 2.2], "dpi": 200}``.
+    """
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        value = field.default
+        if value is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
+            value = field.default_factory()
+        if value is dataclasses.MISSING:
+            value = ...
+        elif dataclasses.is_dataclass(value):
+            value = {}
+        out[field.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def _flat(cls: type, nested: str, inner: type) -> dict[str, Any]:
+    """The defaults of ``cls`` with its field ``nested`` (an ``inner`` dataclass) written as the
+    section's own keys, where it stood (``dynamics.kl_cov_ratio`` is
+    ``DynamicsParams.covariance.kl_cov_ratio``)."""
+    out: dict[str, Any] = {}
+    for key, value in _defaults_of(cls).items():
+        out.update(_defaults_of(inner) if key == nested else {key: value})
+    return out
 
 
 #: Every key each section may hold, with its default (``...``: no default, the key is needed
@@ -125,14 +147,15 @@ SECTIONS: dict[str, dict[str, Any]] = {
         "private": True,
         "create_repo": True,
     },
-    "dynamics": dynamics_defaults(),  # estimators, epsilon, the covariance settings, figures
-    "dynamics.figures": section_defaults(DynamicsFigures),
+    # estimators, epsilon, the covariance settings (kl_cov_ratio, clip_cov_band, batch_records)
+    "dynamics": _flat(DynamicsParams, "covariance", CovarianceSettings),
+    "dynamics.figures": _defaults_of(DynamicsFigures),
     "rescoring": {**RESCORING_DEFAULTS, "reference": {}},
     "rescoring.reference": RESCORING_DEFAULTS["reference"],
-    "analyses": section_defaults(AnalysesParams),  # reference_run, mismatch, ..., dpi
-    "analyses.mismatch": section_defaults(MismatchSettings),
-    "analyses.trainer_entropy": section_defaults(TrainerEntropySettings),
-    "analyses.delta_logprob": section_defaults(DeltaLogprobSettings),
+    "analyses": _defaults_of(AnalysesParams),  # reference_run, mismatch, ..., dpi
+    "analyses.mismatch": _defaults_of(MismatchSettings),
+    "analyses.trainer_entropy": _defaults_of(TrainerEntropySettings),
+    "analyses.delta_logprob": _defaults_of(DeltaLogprobSettings),
     "mini_rl": {
         "base_model": {},
         "wandb": {},

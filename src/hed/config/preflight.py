@@ -15,6 +15,7 @@ from typing import Any
 
 from hed.config import layout, params
 from hed.config.analysis_params import analyses_params, dynamics_params
+from hed.config.prompt_params import PromptsParams, prompts_params
 from hed.config.publish import publish_params
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import CheckpointError, ConfigError
@@ -57,7 +58,11 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
     if not names or "params:generation" not in pipeline.datasets():
         return 0
     generation = catalog.load("params:generation") or {}
-    prompt_params = catalog.load("params:prompts") if "params:prompts" in catalog else None
+    prompt_params = (
+        PromptsParams.of(catalog.load("params:prompts")).rendering.as_params()
+        if "params:prompts" in catalog
+        else None
+    )
     checked = 0
     fingerprints: dict[str, dict[str, str] | None] = {}
     for name in names:
@@ -144,7 +149,8 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
     A bad ``aggregation.top_entropy_frac`` or ``reporting.top_n_words`` would otherwise
     surface only after hours of generation. Parsed here, for the sections the pipeline reads,
     with the rules of :mod:`hed.config.params`: ``runs`` (names, roles, steps:
-    :func:`hed.config.layout.layout_from_params`), ``generation`` (sampling parameters, dtype,
+    :func:`hed.config.layout.layout_from_params`), ``prompts``
+    (:func:`hed.config.prompt_params.prompts_params`), ``generation`` (sampling parameters, dtype,
     backend), ``aggregation`` (``top_entropy_frac``, the lexicon), ``reporting`` (section
     shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``, the
     completeness rules that need no data (:func:`check_strict_completeness`), ``rescoring``
@@ -159,7 +165,8 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
 
     Returns:
         ``{section: parsed}`` in check order: a :class:`~hed.config.layout.StudyLayout` for
-        ``runs``, :class:`~hed.config.params.GenerationParams`,
+        ``runs``, :class:`~hed.config.prompt_params.PromptsParams`,
+        :class:`~hed.config.params.GenerationParams`,
         :class:`~hed.config.params.AggregationParams`, :class:`~hed.config.params.ReportingParams`,
         :class:`~hed.analysis.rescoring.RescoringParams`,
         :class:`~hed.config.analysis_params.DynamicsParams`,
@@ -180,6 +187,8 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         parsed["runs"] = layout.layout_from_params(
             {"runs": load("runs"), "generation": load("generation") or {}}
         )
+    if "params:prompts" in datasets:
+        parsed["prompts"] = prompts_params(load("prompts"))
     if "params:generation" in datasets:
         parsed["generation"] = params.generation_params(load("generation"))
     if "params:aggregation" in datasets:
@@ -204,17 +213,20 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
     return parsed
 
 
-#: Sections whose nodes take the parsed object (``GenerationParams.of``,
+#: Sections whose nodes take the parsed object (``PromptsParams.of``, ``GenerationParams.of``,
 #: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section``,
 #: ``DynamicsParams.of``, ``AnalysesParams.of`` accept it): the pre-run check hands these to
 #: them in place of the raw dict.
-TYPED_SECTIONS = ("generation", "aggregation", "reporting", "rescoring", "dynamics", "analyses")
+TYPED_SECTIONS = (
+    "prompts", "generation", "aggregation", "reporting", "rescoring", "dynamics", "analyses",
+)  # fmt: skip
 
 
 def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
     """Put the parsed sections of :data:`TYPED_SECTIONS` into the run's catalog.
 
-    ``params:generation`` then holds a :class:`~hed.config.params.GenerationParams`,
+    ``params:prompts`` then holds a :class:`~hed.config.prompt_params.PromptsParams`,
+    ``params:generation`` a :class:`~hed.config.params.GenerationParams`,
     ``params:aggregation`` an :class:`~hed.config.params.AggregationParams`,
     ``params:reporting`` a :class:`~hed.config.params.ReportingParams`,
     ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`,

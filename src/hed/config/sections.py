@@ -11,8 +11,8 @@ Defaults that a typed section already declares are taken from it, so each lives 
 the sampling settings from :class:`hed.decode.types.SamplingParams`, the vLLM engine's from
 :class:`hed.decode.types.VLLMSettings`, the rescoring's from
 :data:`hed.analysis.rescoring.RESCORING_DEFAULTS`, the dynamics' and the analyses' from
-:mod:`hed.config.analysis_params`. ``conf/base/parameters_*.yml`` write the
-same values out for users (a test keeps them equal).
+:mod:`hed.config.analysis_params`, the prompts' from :mod:`hed.config.prompt_params`.
+``conf/base/parameters_*.yml`` write the same values out for users (a test keeps them equal).
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from hed.config.analysis_params import (
     MismatchSettings,
     TrainerEntropySettings,
 )
-from hed.decode.prompts import DUPLICATE_POLICIES
+from hed.config.prompt_params import PromptsParams
+from hed.decode.prompts import DUPLICATE_POLICIES, PromptRendering
 from hed.decode.types import SamplingParams, VLLMSettings
 from hed.errors import ConfigError
 
@@ -74,17 +75,9 @@ def _flat(cls: type, nested: str, inner: type) -> dict[str, Any]:
 #: ``<name>`` stands for one level of free names whose values follow the nested schema.
 SECTIONS: dict[str, dict[str, Any]] = {
     "runs.<run>": {"role": "single", "checkpoint_root": ..., "steps": "all", "embedded": False},
-    "prompts": {
-        "prompt_columns": ["prompt", "question", "problem"],
-        "answer_column": "answer",
-        "num_prompts": None,
-        "seed": 0,
-        "apply_chat_template": True,
-        "enable_thinking": None,
-        "system_prompt": None,
-        "instruction_suffix": "",
-        "duplicates": "drop",
-    },
+    # prompt_columns, answer_column, num_prompts, seed, the rendering keys
+    # (apply_chat_template, enable_thinking, system_prompt), instruction_suffix, duplicates
+    "prompts": _flat(PromptsParams, "rendering", PromptRendering),
     "generation": {
         "num_shards": 1,
         "samples_per_prompt": ...,

@@ -30,6 +30,7 @@ from hed.analysis.rescoring import (
     shard_dtype,
 )
 from hed.config.analysis_params import AnalysesParams
+from hed.config.prompt_params import PromptsParams
 from hed.errors import InputDataError
 from hed.records.schema import RECORD_KEY
 from hed.report import analysis_figures
@@ -42,7 +43,7 @@ _RECORD_COLUMNS = [*RECORD_KEY, "token_id", "logprob", "is_special", "is_high_en
 def rescore_trainer_shard(
     own_responses: ds.Dataset,
     checkpoints: dict[str, Any],
-    prompt_params: dict[str, Any],
+    prompt_params: PromptsParams | dict[str, Any],
     rescoring: dict[str, Any],
     generation: dict[str, Any],
     *,

@@ -14,6 +14,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hed.config import layout, params
+from hed.config.analysis_params import analyses_params, dynamics_params
+from hed.config.prompt_params import PromptsParams, prompts_params
 from hed.config.publish import publish_params
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import CheckpointError, ConfigError
@@ -56,7 +58,11 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
     if not names or "params:generation" not in pipeline.datasets():
         return 0
     generation = catalog.load("params:generation") or {}
-    prompt_params = catalog.load("params:prompts") if "params:prompts" in catalog else None
+    prompt_params = (
+        PromptsParams.of(catalog.load("params:prompts")).rendering.as_params()
+        if "params:prompts" in catalog
+        else None
+    )
     checked = 0
     fingerprints: dict[str, dict[str, str] | None] = {}
     for name in names:
@@ -143,12 +149,14 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
     A bad ``aggregation.top_entropy_frac`` or ``reporting.top_n_words`` would otherwise
     surface only after hours of generation. Parsed here, for the sections the pipeline reads,
     with the rules of :mod:`hed.config.params`: ``runs`` (names, roles, steps:
-    :func:`hed.config.layout.layout_from_params`), ``generation`` (sampling parameters, dtype,
+    :func:`hed.config.layout.layout_from_params`), ``prompts``
+    (:func:`hed.config.prompt_params.prompts_params`), ``generation`` (sampling parameters, dtype,
     backend), ``aggregation`` (``top_entropy_frac``, the lexicon), ``reporting`` (section
     shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``, the
     completeness rules that need no data (:func:`check_strict_completeness`), ``rescoring``
     (:func:`hed.analysis.rescoring.rescoring_section`), ``publish`` (destinations and their
-    targets: :func:`hed.config.publish.publish_params`). Unknown keys are refused earlier, when
+    targets: :func:`hed.config.publish.publish_params`), ``dynamics`` and ``analyses``
+    (:mod:`hed.config.analysis_params`). Unknown keys are refused earlier, when
     the session starts (:func:`hed.config.sections.check_unknown_keys`).
 
     Args:
@@ -157,9 +165,12 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
 
     Returns:
         ``{section: parsed}`` in check order: a :class:`~hed.config.layout.StudyLayout` for
-        ``runs``, :class:`~hed.config.params.GenerationParams`,
+        ``runs``, :class:`~hed.config.prompt_params.PromptsParams`,
+        :class:`~hed.config.params.GenerationParams`,
         :class:`~hed.config.params.AggregationParams`, :class:`~hed.config.params.ReportingParams`,
-        :class:`~hed.analysis.rescoring.RescoringParams`.
+        :class:`~hed.analysis.rescoring.RescoringParams`,
+        :class:`~hed.config.analysis_params.DynamicsParams`,
+        :class:`~hed.config.analysis_params.AnalysesParams`.
 
     Raises:
         ConfigError: the first invalid value, in the nodes' own one-line wording.
@@ -176,6 +187,8 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         parsed["runs"] = layout.layout_from_params(
             {"runs": load("runs"), "generation": load("generation") or {}}
         )
+    if "params:prompts" in datasets:
+        parsed["prompts"] = prompts_params(load("prompts"))
     if "params:generation" in datasets:
         parsed["generation"] = params.generation_params(load("generation"))
     if "params:aggregation" in datasets:
@@ -193,22 +206,32 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         parsed["rescoring"] = rescoring_section(load("rescoring"))
     if "params:publish" in datasets:
         parsed["publish"] = publish_params(load("publish"))
+    if "params:dynamics" in datasets:
+        parsed["dynamics"] = dynamics_params(load("dynamics"))
+    if "params:analyses" in datasets:
+        parsed["analyses"] = analyses_params(load("analyses"))
     return parsed
 
 
-#: Sections whose nodes take the parsed object (``GenerationParams.of``,
-#: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section`` accept it): the
-#: pre-run check hands these to them in place of the raw dict.
-TYPED_SECTIONS = ("generation", "aggregation", "reporting", "rescoring")
+#: Sections whose nodes take the parsed object (``PromptsParams.of``, ``GenerationParams.of``,
+#: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section``,
+#: ``DynamicsParams.of``, ``AnalysesParams.of`` accept it): the pre-run check hands these to
+#: them in place of the raw dict.
+TYPED_SECTIONS = (
+    "prompts", "generation", "aggregation", "reporting", "rescoring", "dynamics", "analyses",
+)  # fmt: skip
 
 
 def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
     """Put the parsed sections of :data:`TYPED_SECTIONS` into the run's catalog.
 
-    ``params:generation`` then holds a :class:`~hed.config.params.GenerationParams`,
+    ``params:prompts`` then holds a :class:`~hed.config.prompt_params.PromptsParams`,
+    ``params:generation`` a :class:`~hed.config.params.GenerationParams`,
     ``params:aggregation`` an :class:`~hed.config.params.AggregationParams`,
-    ``params:reporting`` a :class:`~hed.config.params.ReportingParams` and
-    ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`: the nodes read
+    ``params:reporting`` a :class:`~hed.config.params.ReportingParams`,
+    ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`,
+    ``params:dynamics`` a :class:`~hed.config.analysis_params.DynamicsParams` and
+    ``params:analyses`` an :class:`~hed.config.analysis_params.AnalysesParams`: the nodes read
     attributes, nothing is parsed again. The whole ``parameters`` dataset (what
     ``resolved_config`` records) is left as configured.
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from hed.config.layout import data_root
 from hed.config.params import positive_int
+from hed.config.prompt_params import PromptsParams
 from hed.errors import ConfigError
 from hed.mini_rl.reward import grader
 
@@ -180,7 +181,7 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 def training_specs(
     mini_rl: Mapping[str, Any],
     runs: Mapping[str, Any],
-    prompt_params: Mapping[str, Any] | None = None,
+    prompt_params: PromptsParams | Mapping[str, Any] | None = None,
     *,
     check_trainer_args: bool = True,
 ) -> list[TrainingSpec]:
@@ -189,7 +190,8 @@ def training_specs(
     Args:
         mini_rl: ``params:mini_rl``.
         runs: ``params:runs`` (role, checkpoint_root, steps of every analysed run).
-        prompt_params: ``params:prompts`` (the same prompt rendering as the analysis).
+        prompt_params: ``params:prompts`` (the same prompt rendering as the analysis; parsed
+            or its dict, :class:`hed.config.prompt_params.PromptsParams`).
         check_trainer_args: check the GRPOConfig field names (imports trl).
 
     Raises:
@@ -208,7 +210,7 @@ def training_specs(
         raise ConfigError(
             "mini_rl.base_model.model_dir is missing: the initial policy's HuggingFace folder"
         )
-    prompt = {key: (prompt_params or {}).get(key) for key in PROMPT_KEYS}
+    prompt = PromptsParams.of(prompt_params).rendering_keys()  # the keys of PROMPT_KEYS
     known = _grpo_fields() if check_trainer_args else None
     threads = mini_rl.get("torch_threads")
     positive_int(threads, "mini_rl.torch_threads", allow_none=True)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from hed.config.prompt_params import PromptsParams
 from hed.mini_rl.config import training_specs
 from hed.mini_rl.tasks import make_task_sets
 
@@ -39,7 +40,7 @@ def train_policy(
     *,
     runs: dict[str, Any],
     mini_rl: dict[str, Any],
-    prompt_params: dict[str, Any],
+    prompt_params: PromptsParams | dict[str, Any],
     previous_run: dict[str, Any] | None = None,
     run: str,
 ) -> dict[str, Any]:

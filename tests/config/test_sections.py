@@ -89,7 +89,7 @@ def test_the_sampling_defaults_have_one_source():
     import ast
     import inspect
 
-    import hed.decode.types as types
+    from hed.decode import types
     from hed.records.shard_metadata import SAMPLING_DEFAULTS
 
     body = ast.parse(inspect.getsource(types.SamplingParams)).body[0].body

@@ -17,6 +17,7 @@ from hed.config import layout, params
 from hed.config.publish import publish_params
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import CheckpointError, ConfigError
+from hed.pass1.config import EXPORT_DIR, metrics_params
 from hed.records.shard_metadata import (
     GENERATION_METADATA_KEY,
     StaleField,
@@ -148,7 +149,8 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
     shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``, the
     completeness rules that need no data (:func:`check_strict_completeness`), ``rescoring``
     (:func:`hed.analysis.rescoring.rescoring_section`), ``publish`` (destinations and their
-    targets: :func:`hed.config.publish.publish_params`). Unknown keys are refused earlier, when
+    targets: :func:`hed.config.publish.publish_params`), ``metrics`` (each run's pass@1
+    sources: :func:`hed.pass1.config.metrics_params`). Unknown keys are refused earlier, when
     the session starts (:func:`hed.config.sections.check_unknown_keys`).
 
     Args:
@@ -159,7 +161,8 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         ``{section: parsed}`` in check order: a :class:`~hed.config.layout.StudyLayout` for
         ``runs``, :class:`~hed.config.params.GenerationParams`,
         :class:`~hed.config.params.AggregationParams`, :class:`~hed.config.params.ReportingParams`,
-        :class:`~hed.analysis.rescoring.RescoringParams`.
+        :class:`~hed.analysis.rescoring.RescoringParams`,
+        :class:`~hed.config.publish.PublishParams`, :class:`~hed.pass1.config.MetricsParams`.
 
     Raises:
         ConfigError: the first invalid value, in the nodes' own one-line wording.
@@ -193,13 +196,21 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         parsed["rescoring"] = rescoring_section(load("rescoring"))
     if "params:publish" in datasets:
         parsed["publish"] = publish_params(load("publish"))
+    if "params:metrics" in datasets:
+        runs = load("runs")
+        parsed["metrics"] = metrics_params(
+            load("metrics"),
+            runs=list(runs) if isinstance(runs, Mapping) else None,
+            export_dir=f"{layout.data_root()}/{EXPORT_DIR}",
+        )
     return parsed
 
 
 #: Sections whose nodes take the parsed object (``GenerationParams.of``,
-#: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section`` accept it): the
-#: pre-run check hands these to them in place of the raw dict.
-TYPED_SECTIONS = ("generation", "aggregation", "reporting", "rescoring")
+#: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section``,
+#: ``PublishParams.of``, ``MetricsParams.of`` accept it): the pre-run check hands these to
+#: them in place of the raw dict.
+TYPED_SECTIONS = ("generation", "aggregation", "reporting", "rescoring", "publish", "metrics")
 
 
 def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
@@ -208,7 +219,9 @@ def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
     ``params:generation`` then holds a :class:`~hed.config.params.GenerationParams`,
     ``params:aggregation`` an :class:`~hed.config.params.AggregationParams`,
     ``params:reporting`` a :class:`~hed.config.params.ReportingParams` and
-    ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`: the nodes read
+    ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`,
+    ``params:publish`` a :class:`~hed.config.publish.PublishParams` and ``params:metrics`` a
+    :class:`~hed.pass1.config.MetricsParams`: the nodes read
     attributes, nothing is parsed again. The whole ``parameters`` dataset (what
     ``resolved_config`` records) is left as configured.
 

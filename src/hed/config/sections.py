@@ -10,7 +10,9 @@ sampling run at 1.0.
 Defaults that a typed section already declares are taken from it, so each lives in one place:
 the sampling settings from :class:`hed.decode.types.SamplingParams`, the vLLM engine's from
 :class:`hed.decode.types.VLLMSettings`, the rescoring's from
-:data:`hed.analysis.rescoring.RESCORING_DEFAULTS`. ``conf/base/parameters_*.yml`` write the
+:data:`hed.analysis.rescoring.RESCORING_DEFAULTS`, publishing's from
+:class:`hed.config.publish.PublishParams`, the W&B keys of ``metrics`` from
+:class:`hed.pass1.config.WandbDefaults`. ``conf/base/parameters_*.yml`` write the
 same values out for users (a test keeps them equal).
 """
 
@@ -24,17 +26,35 @@ from pathlib import Path
 from typing import Any
 
 from hed.analysis.rescoring import RESCORING_DEFAULTS
+from hed.config.publish import HubPublishParams, PublishParams, WandbPublishParams
 from hed.decode.prompts import DUPLICATE_POLICIES
 from hed.decode.types import SamplingParams, VLLMSettings
 from hed.errors import ConfigError
+from hed.pass1.config import MetricsParams, WandbDefaults
 
 
-def _defaults_of(cls: type) -> dict[str, Any]:
-    """``{field: default}`` of a dataclass, ``...`` for a field without one (in field order)."""
-    return {
-        field.name: field.default if field.default is not dataclasses.MISSING else ...
-        for field in dataclasses.fields(cls)
-    }
+def _defaults_of(cls: type, *, skip: Sequence[str] = ()) -> dict[str, Any]:
+    """``{field: default}`` of a dataclass as YAML writes it, in field order.
+
+    ``...`` for a field without a default; a nested dataclass (a sub-section with its own
+    schema) as ``{}``; a tuple as a list. Fields in ``skip`` (derived, not keys) are left out.
+    """
+    found: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        if field.name in skip:
+            continue
+        if field.default is not dataclasses.MISSING:
+            value = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            value = field.default_factory()
+        else:
+            value = ...
+        if dataclasses.is_dataclass(value):
+            value = {}
+        elif isinstance(value, tuple):
+            value = list(value)
+        found[field.name] = value
+    return found
 
 
 #: Every key each section may hold, with its default (``...``: no default, the key is needed
@@ -66,8 +86,8 @@ SECTIONS: dict[str, dict[str, Any]] = {
     "generation.vllm": _defaults_of(VLLMSettings),
     "aggregation": {"top_entropy_frac": 0.2, "chunk_records": 524288, "lexicon": None},
     "aggregation.lexicon": {"*": None},
-    "metrics": {"wandb_defaults": {}, "runs": {}},
-    "metrics.wandb_defaults": {"metric_key": ..., "step_key": ...},
+    "metrics": _defaults_of(MetricsParams),  # wandb_defaults, runs
+    "metrics.wandb_defaults": _defaults_of(WandbDefaults),
     "metrics.runs.<run>": {"sources": {}, "figure_source": None},
     "reporting": {
         "strict": False,
@@ -97,24 +117,9 @@ SECTIONS: dict[str, dict[str, Any]] = {
     "reporting.fig3": {"steps": None},
     "reporting.figure2": {"panel_size": [3.5, 2.8], "dpi": 200},
     "reporting.figure3": {"panel_size": [2.6, 3.6], "dpi": 200},
-    "publish": {"env_name": None, "git_lfs": True, "include_records": True, "wandb": {}, "hub": {}},
-    "publish.wandb": {
-        "enabled": False,
-        "project": None,
-        "entity": None,
-        "name": None,
-        "mode": None,
-        "dir": None,
-        "tags": [],
-    },
-    "publish.hub": {
-        "enabled": False,
-        "repo_id": None,
-        "revision": None,
-        "path_in_repo": None,
-        "private": True,
-        "create_repo": True,
-    },
+    "publish": _defaults_of(PublishParams),
+    "publish.wandb": _defaults_of(WandbPublishParams),
+    "publish.hub": _defaults_of(HubPublishParams),
     "dynamics": {
         "estimators": ["grpo", "dr_grpo"],
         "epsilon": 1.0e-6,

@@ -20,8 +20,8 @@ import numpy as np
 
 from hed.core.validators import check_stats_kernel
 from hed.errors import ConfigError
-from hed.records.shard_metadata import SAMPLING_DEFAULTS
 from hed.records.sequence import FINISH_EOS, FINISH_LENGTH, MASS_COLUMNS, GeneratedSequence
+from hed.records.shard_metadata import SAMPLING_DEFAULTS
 
 #: ``top_k`` values that mean "no top-k filter": transformers/TRL write 0, vLLM/verl -1.
 TOP_K_OFF = (None, 0, -1)

@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hed.config import layout, params
+from hed.config.mini_rl import mini_rl_params, task_params
 from hed.config.publish import publish_params
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import CheckpointError, ConfigError
@@ -150,7 +151,9 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
     completeness rules that need no data (:func:`check_strict_completeness`), ``rescoring``
     (:func:`hed.analysis.rescoring.rescoring_section`), ``publish`` (destinations and their
     targets: :func:`hed.config.publish.publish_params`), ``metrics`` (each run's pass@1
-    sources: :func:`hed.pass1.config.metrics_params`). Unknown keys are refused earlier, when
+    sources: :func:`hed.pass1.config.metrics_params`), ``mini_rl`` and ``mini_rl.task`` (the
+    training's shape, counts and task sets: :func:`hed.config.mini_rl.mini_rl_params`; what
+    needs trl or ``runs`` is checked by the training node). Unknown keys are refused earlier, when
     the session starts (:func:`hed.config.sections.check_unknown_keys`).
 
     Args:
@@ -162,7 +165,8 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         ``runs``, :class:`~hed.config.params.GenerationParams`,
         :class:`~hed.config.params.AggregationParams`, :class:`~hed.config.params.ReportingParams`,
         :class:`~hed.analysis.rescoring.RescoringParams`,
-        :class:`~hed.config.publish.PublishParams`, :class:`~hed.pass1.config.MetricsParams`.
+        :class:`~hed.config.publish.PublishParams`, :class:`~hed.pass1.config.MetricsParams`,
+        :class:`~hed.config.mini_rl.MiniRLParams`, :class:`~hed.config.mini_rl.TaskParams`.
 
     Raises:
         ConfigError: the first invalid value, in the nodes' own one-line wording.
@@ -203,14 +207,27 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
             runs=list(runs) if isinstance(runs, Mapping) else None,
             export_dir=f"{layout.data_root()}/{EXPORT_DIR}",
         )
+    if "params:mini_rl" in datasets:
+        parsed["mini_rl"] = mini_rl_params(load("mini_rl"))
+    if "params:mini_rl.task" in datasets:
+        parsed["mini_rl.task"] = task_params(load("mini_rl.task"))
     return parsed
 
 
 #: Sections whose nodes take the parsed object (``GenerationParams.of``,
 #: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section``,
-#: ``PublishParams.of``, ``MetricsParams.of`` accept it): the pre-run check hands these to
-#: them in place of the raw dict.
-TYPED_SECTIONS = ("generation", "aggregation", "reporting", "rescoring", "publish", "metrics")
+#: ``PublishParams.of``, ``MetricsParams.of``, ``MiniRLParams.of``, ``TaskParams.of`` accept
+#: it): the pre-run check hands these to them in place of the raw dict.
+TYPED_SECTIONS = (
+    "generation",
+    "aggregation",
+    "reporting",
+    "rescoring",
+    "publish",
+    "metrics",
+    "mini_rl",
+    "mini_rl.task",
+)
 
 
 def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
@@ -221,7 +238,9 @@ def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
     ``params:reporting`` a :class:`~hed.config.params.ReportingParams` and
     ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`,
     ``params:publish`` a :class:`~hed.config.publish.PublishParams` and ``params:metrics`` a
-    :class:`~hed.pass1.config.MetricsParams`: the nodes read
+    :class:`~hed.pass1.config.MetricsParams`, ``params:mini_rl`` a
+    :class:`~hed.config.mini_rl.MiniRLParams` and ``params:mini_rl.task`` a
+    :class:`~hed.config.mini_rl.TaskParams`: the nodes read
     attributes, nothing is parsed again. The whole ``parameters`` dataset (what
     ``resolved_config`` records) is left as configured.
 

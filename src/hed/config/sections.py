@@ -12,7 +12,8 @@ the sampling settings from :class:`hed.decode.types.SamplingParams`, the vLLM en
 :class:`hed.decode.types.VLLMSettings`, the rescoring's from
 :data:`hed.analysis.rescoring.RESCORING_DEFAULTS`, publishing's from
 :class:`hed.config.publish.PublishParams`, the W&B keys of ``metrics`` from
-:class:`hed.pass1.config.WandbDefaults`. ``conf/base/parameters_*.yml`` write the
+:class:`hed.pass1.config.WandbDefaults`, the mini-RL training's from
+:class:`hed.config.mini_rl.MiniRLParams` and its parts. ``conf/base/parameters_*.yml`` write the
 same values out for users (a test keeps them equal).
 """
 
@@ -26,6 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from hed.analysis.rescoring import RESCORING_DEFAULTS
+from hed.config.mini_rl import (
+    BaseModelParams,
+    MiniRLParams,
+    TaskParams,
+    TrainingWandbParams,
+    ValidationParams,
+)
 from hed.config.publish import HubPublishParams, PublishParams, WandbPublishParams
 from hed.decode.prompts import DUPLICATE_POLICIES
 from hed.decode.types import SamplingParams, VLLMSettings
@@ -141,20 +149,11 @@ SECTIONS: dict[str, dict[str, Any]] = {
     "analyses.mismatch": {"dtype": "bfloat16", "ratio_bounds": [0.5, 2.0]},
     "analyses.trainer_entropy": {"metric_key": "actor/entropy", "tolerance_nats": 0.05},
     "analyses.delta_logprob": {"top_n": 20, "min_count": 2},
-    "mini_rl": {
-        "base_model": {},
-        "wandb": {},
-        "task": {},
-        "reward": "integer_match",
-        "validation": {},
-        "torch_threads": None,
-        "training": {},
-        "runs": {},
-    },
-    "mini_rl.base_model": {"embedded": False, "model_dir": ...},
-    "mini_rl.wandb": {"dir": ..., "project": ...},
-    "mini_rl.task": {"kinds": ..., "num_train": ..., "num_validation": ..., "seed": 0},
-    "mini_rl.validation": {"metric_key": ..., "max_new_tokens": ..., "batch_size": ...},
+    "mini_rl": _defaults_of(MiniRLParams, skip=("raw",)),
+    "mini_rl.base_model": _defaults_of(BaseModelParams),
+    "mini_rl.wandb": _defaults_of(TrainingWandbParams),
+    "mini_rl.task": _defaults_of(TaskParams),
+    "mini_rl.validation": _defaults_of(ValidationParams),
 }
 
 #: The top-level parameter names HED reads (the keys of ``conf/<env>/parameters*.yml``).

@@ -45,8 +45,7 @@ TINY = {
 
 @pytest.fixture
 def project(tmp_path, smollm2_dir, monkeypatch):
-    monkeypatch.setattr(layout, "_active_params", layout._active_params)  # restored afterwards
-    monkeypatch.setattr(layout, "_active_data_root", layout._active_data_root)
+    monkeypatch.setattr(layout, "_session", layout.active_session())  # restored afterwards
     return copy_project(tmp_path / "project", smollm2_dir)
 
 
@@ -218,8 +217,7 @@ def test_checkpoints_differing_in_one_weight_have_different_fingerprints(tmp_pat
 
 
 def test_reuse_of_shards_of_a_retrained_checkpoint_is_refused(tmp_path, smollm2_dir, monkeypatch):
-    monkeypatch.setattr(layout, "_active_params", layout._active_params)
-    monkeypatch.setattr(layout, "_active_data_root", layout._active_data_root)
+    monkeypatch.setattr(layout, "_session", layout.active_session())
     project = tmp_path / "project"
     copy_project(project, smollm2_dir)
     # a checkpoint of our own (a copy of the model) that we can retrain in place

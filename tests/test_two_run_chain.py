@@ -197,7 +197,7 @@ def parameters(project: Path) -> dict:
 @pytest.fixture(scope="module")
 def study(tmp_path_factory, tokenizer):
     """The study after one ``kedro run --env qae_repro`` (every pipeline of ``__default__``)."""
-    threads, active = torch.get_num_threads(), layout._active_params
+    threads, active = torch.get_num_threads(), layout.active_session()
     project, checkpoints, csv_pass1 = make_study(
         tmp_path_factory.mktemp("two_run_chain"), tokenizer
     )
@@ -206,7 +206,7 @@ def study(tmp_path_factory, tokenizer):
         yield project, checkpoints, csv_pass1
     finally:  # the run set one torch thread and this env's layout in this process
         torch.set_num_threads(threads)
-        layout.activate(active)
+        layout.activate(active and active.params, active and active.data_root)
 
 
 # ------------------------------------------------------------------ independent computation

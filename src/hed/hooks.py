@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kedro.config import MissingConfigException, OmegaConfigLoader
+from kedro.framework import project as kedro_project
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.framework.project import settings
@@ -85,8 +86,9 @@ class ProjectHooks:
                 key, conf_source, context.env, context.config_loader.runtime_params
             ),
         )
-        layout.activate(parameters)
-        layout.activate_data_root(_data_root(context))
+        self._data_root = _data_root(context)
+        layout.activate(parameters, self._data_root)
+        rebuild_pipelines_on_next_use()
         self._conf = (conf_source, Path(context.project_path))
         export_wandb_api_key(_credentials(context))
 
@@ -101,19 +103,39 @@ class ProjectHooks:
         hand_to_nodes(catalog, parsed)
         env = env_label(run_params.get("env"))
         if getattr(self, "_conf", None):
-            run_lock.check_declared_root(layout.data_root(), env, *self._conf)
-        run_lock.claim_root(layout.data_root(), env)
-        run_lock.acquire(layout.data_root(), env)
+            run_lock.check_declared_root(self._data_root, env, *self._conf)
+        run_lock.claim_root(self._data_root, env)
+        run_lock.acquire(self._data_root, env)
 
     @hook_impl
     def after_pipeline_run(self) -> None:
-        """Release the data root's run lock (:mod:`hed.io.run_lock`)."""
-        run_lock.release(layout.data_root())
+        """Release the data root's run lock (:mod:`hed.io.run_lock`); the session's
+        configuration is no longer the layout's (:func:`hed.config.layout.deactivate`)."""
+        run_lock.release(self._data_root)
+        layout.deactivate()
 
     @hook_impl
     def on_pipeline_error(self) -> None:
         """Release the data root's run lock when the run fails or is interrupted."""
-        run_lock.release(layout.data_root())
+        run_lock.release(self._data_root)
+        layout.deactivate()
+
+
+def rebuild_pipelines_on_next_use() -> None:
+    """Make Kedro build its pipelines again, from the session just created, on their next use.
+
+    Kedro caches ``register_pipelines()``'s result process-wide and rebuilds it only when the
+    requested pipeline names change, so a second session in one process (a notebook re-run
+    with other ``--params`` or ``--env``) would run the first one's nodes (its shard count, its
+    steps). ``configure`` is Kedro's own reset; the requested names are kept.
+    """
+    registry = kedro_project.pipelines
+    module = getattr(registry, "_pipelines_module", None)
+    if module is None:  # no project configured (a bare context in a test)
+        return
+    requested = getattr(registry, "_requested_pipelines", None)
+    registry.configure(module)
+    registry.set_requested(requested)
 
 
 def env_label(env: str | None) -> str:
@@ -409,11 +431,17 @@ class FreshnessHooks:
     def __init__(self) -> None:
         self._fresh: Freshness | None = None
         self._parameters: dict[str, Any] = {}
+        self._context: KedroContext | None = None
+
+    @hook_impl
+    def after_context_created(self, context: KedroContext) -> None:
+        self._context = context
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
         """Refuse when a dataset the pipeline reads is stale (:meth:`Freshness.check`)."""
-        self._fresh = Freshness(layout.data_root())
+        root = _data_root(self._context) if self._context is not None else layout.data_root()
+        self._fresh = Freshness(root)
         self._parameters = catalog.load("parameters")
         asked = run_params.get("pipeline_names") or []
         self._fresh.check(

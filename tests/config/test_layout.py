@@ -60,3 +60,59 @@ def test_bad_layouts_are_one_line_config_errors(runs, generation, message):
 def test_training_inputs_only_with_a_mini_rl_section():
     assert training_inputs({"mini_rl": {"runs": {}}}) == {"training_manifest": "mini_rl_manifest"}
     assert training_inputs({"runs": {}}) == {}
+
+
+# ------------------------------------------------------------------ the session's hand-off
+
+
+def _shard_nodes() -> list[str]:
+    from kedro.framework.project import pipelines
+
+    return [n.name for n in pipelines["generation"].nodes if n.name.endswith(".generate_shard")]
+
+
+def test_each_session_in_one_process_builds_its_own_nodes(tmp_path, smollm2_dir):
+    """A notebook re-run with other --params: Kedro caches its pipelines process-wide, the
+    hook has them rebuilt from the new session (the second session once ran the first's 2
+    shards); the run's end forgets the session (conf/ is read again)."""
+    import contextlib
+
+    from kedro.framework.project import configure_project, pipelines, settings
+    from kedro.framework.session import KedroSession
+
+    from hed.config import layout
+    from tests.project_copy import RUN, copy_project
+
+    project = copy_project(tmp_path / "project", smollm2_dir)
+    configure_project("hed")
+    seen = []
+    with contextlib.chdir(project):
+        for shards in (2, 3, 1):
+            params = {"generation": {"num_shards": shards}}
+            with KedroSession.create(project_path=project, runtime_params=params) as session:
+                pipelines.set_requested(["generation"])  # what session.run does first
+                session.load_context()
+                seen.append(_shard_nodes())
+                assert layout.active_params()["generation"]["num_shards"] == shards
+                assert layout.data_root() == str(project / "data")
+                hooks = [h for h in settings.HOOKS if type(h).__name__ == "ProjectHooks"]
+                hooks[0].after_pipeline_run()  # what the run's end does
+                assert layout.active_session() is None
+    assert seen == [
+        [f"{RUN}.step_0.shard_{shard}.generate_shard" for shard in range(shards)]
+        for shards in (2, 3, 1)
+    ]
+
+
+def test_session_config_builds_pipelines_from_given_params_and_restores():
+    from hed.config import layout
+    from hed.pipelines.generation.pipeline import create_pipeline
+
+    params = dict(layout.active_params())
+    params["generation"] = {**params["generation"], "num_shards": 4}
+    before = layout.active_session()
+    with layout.session_config(params, "/elsewhere"):
+        assert layout.data_root() == "/elsewhere"
+        names = [n.name for n in create_pipeline().nodes if n.name.endswith("generate_shard")]
+    assert len(names) == 4
+    assert layout.active_session() is before

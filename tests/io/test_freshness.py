@@ -111,8 +111,16 @@ def test_the_stale_shard_fix_keeps_the_study_and_its_overrides(monkeypatch):
 
     from hed.records.shard_checks import regenerate_command
 
-    argv = ["kedro", "run", "--env", "my_study", "--pipelines", "aggregation",
-            "--params", "generation.temperature=0.7"]
+    argv = [
+        "kedro",
+        "run",
+        "--env",
+        "my_study",
+        "--pipelines",
+        "aggregation",
+        "--params",
+        "generation.temperature=0.7",
+    ]
     monkeypatch.setattr("sys.argv", argv)
     with click.Context(click.Command("run")):
         assert regenerate_command() == (

@@ -36,6 +36,7 @@ def _hub_reachable(monkeypatch):
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
 
+
 REPO = "hed-lab/dapo-results"
 FOLDER = f"hed/{ENV}"
 

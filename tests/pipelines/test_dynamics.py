@@ -202,11 +202,8 @@ def test_every_environment_runs_dynamics_in_default_on_catalog_datasets(env):
     params = loader["parameters"]
     assert dyn.dynamics_section(params["dynamics"])["kl_cov_ratio"] == 0.002
     configure_project("hed")
-    hed_layout.activate(params)
-    try:
+    with hed_layout.session_config(params):
         default = register_pipelines()["__default__"]
-    finally:
-        hed_layout.activate(None)
     names = {node.name for node in default.nodes}
     runs = hed_layout.layout_from_params(params).run_steps()
     for run, step in runs:

@@ -250,8 +250,7 @@ class _Context:
 
 
 def test_hook_exports_the_credentials_key(monkeypatch, tmp_path):
-    monkeypatch.setattr(layout, "_active_params", layout._active_params)  # restored afterwards
-    monkeypatch.setattr(layout, "_active_data_root", layout._active_data_root)
+    monkeypatch.setattr(layout, "_session", layout.active_session())  # restored afterwards
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     ProjectHooks().after_context_created(_Context(None, project_path=tmp_path))  # none: fine
     assert "WANDB_API_KEY" not in os.environ
@@ -260,8 +259,7 @@ def test_hook_exports_the_credentials_key(monkeypatch, tmp_path):
 
 
 def test_hook_reads_conf_local_credentials_for_another_env(monkeypatch, tmp_path):
-    monkeypatch.setattr(layout, "_active_params", layout._active_params)
-    monkeypatch.setattr(layout, "_active_data_root", layout._active_data_root)
+    monkeypatch.setattr(layout, "_session", layout.active_session())
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     (tmp_path / "conf" / "local").mkdir(parents=True)
     (tmp_path / "conf" / "qae_repro").mkdir()

@@ -82,7 +82,7 @@ def make_project(root: Path, smollm2_dir: Path, tokenizer) -> Path:
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory, smollm2_dir, tokenizer):
-    threads, active = torch.get_num_threads(), layout._active_params
+    threads, active = torch.get_num_threads(), layout.active_session()
     project = make_project(tmp_path_factory.mktemp("rescoring_chain"), smollm2_dir, tokenizer)
     try:
         for pipeline in ("generation", "aggregation", "rescoring"):
@@ -90,7 +90,7 @@ def chain(tmp_path_factory, smollm2_dir, tokenizer):
         yield project
     finally:
         torch.set_num_threads(threads)
-        layout.activate(active)
+        layout.activate(active and active.params, active and active.data_root)
 
 
 # ------------------------------------------------------------------ independent computation
@@ -478,19 +478,15 @@ def test_mini_dapo_default_run_includes_rescoring_and_base_does_not():
         return loader["parameters"]
 
     configure_project("hed")
-    active = layout._active_params
-    try:
-        for env, expected in (("mini_dapo", True), ("local", False)):  # local: base only
-            layout.activate(parameters(env))
+    for env, expected in (("mini_dapo", True), ("local", False)):  # local: base only
+        with layout.session_config(parameters(env)):
             default = register_pipelines()["__default__"]
-            names = {n.name for n in default.nodes}
-            assert ("check_self_consistency" in names) is expected, env
-        params = parameters("mini_dapo")
-        pipeline = create_pipeline(layout.layout_from_params(params), params)
-        shard_nodes = [n for n in pipeline.nodes if n.name.endswith(".rescore_shard")]
-        assert len(shard_nodes) == 8 and all("gpu" in n.tags for n in shard_nodes)
-        (check,) = [n for n in pipeline.nodes if n.name == "check_self_consistency"]
-        assert "mini_dapo_with_clip.step_24.token_records" in check.inputs
-        assert "mini_dapo_without_clip.step_24.token_records" in check.inputs
-    finally:
-        layout.activate(active)
+        names = {n.name for n in default.nodes}
+        assert ("check_self_consistency" in names) is expected, env
+    params = parameters("mini_dapo")
+    pipeline = create_pipeline(layout.layout_from_params(params), params)
+    shard_nodes = [n for n in pipeline.nodes if n.name.endswith(".rescore_shard")]
+    assert len(shard_nodes) == 8 and all("gpu" in n.tags for n in shard_nodes)
+    (check,) = [n for n in pipeline.nodes if n.name == "check_self_consistency"]
+    assert "mini_dapo_with_clip.step_24.token_records" in check.inputs
+    assert "mini_dapo_without_clip.step_24.token_records" in check.inputs

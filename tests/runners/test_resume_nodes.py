@@ -32,12 +32,9 @@ def _pipelines_and_catalog(env: str) -> tuple[dict[str, Pipeline], DataCatalog]:
     if env == "base":  # two steps, so the all-steps nodes have more than one input
         params = {**params, "runs": {first: {**runs[first], "steps": [0, 10]}}}
     configure_project("hed")
-    layout.activate(params)
-    try:
+    with layout.session_config(params):
         pipelines = register_pipelines()
         pipelines = {name: pipelines[name] for name in pipelines}  # build them while active
-    finally:
-        layout.activate(None)
     return pipelines, DataCatalog.from_config(loader["catalog"])
 
 

@@ -8,10 +8,18 @@ called. The layout is read from the parameters of the active configuration envir
   ``steps`` is a list or ``all`` (every ``global_step_<N>`` under ``checkpoint_root``).
 * ``generation.num_shards`` (``parameters_generation.yml``).
 
-``ProjectHooks.after_context_created`` hands the context's parameters (runtime ``--params``
-included) to :func:`activate` before Kedro asks for a pipeline; outside a session
-(``python -c``, tests) :func:`active_layout` loads ``conf/`` itself with the environment named
-by ``KEDRO_ENV`` (default ``local`` over ``base``).
+Why a session hands its configuration over (the one piece of process state HED keeps):
+Kedro 1.7 builds pipelines by calling ``register_pipelines()`` with no arguments, from its own
+process-wide registry (``kedro.framework.project.pipelines``), while the nodes HED builds depend
+on the session's environment and runtime ``--params``. So ``ProjectHooks.after_context_created``
+hands the context's parameters and data root to :func:`activate` (and has Kedro rebuild its
+cached pipelines from them: a second session in the same process, e.g. a notebook re-run with
+other ``--params``, gets its own nodes); ``after_pipeline_run`` and ``on_pipeline_error``
+:func:`deactivate` them, so nothing outlives the run. Nodes and hooks never read it (they get
+parameters from the catalog and the data root from the context); only pipeline construction
+does. Outside a session (``python -c``, tests, ``hed doctor``) :func:`active_layout` loads
+``conf/`` itself with the environment named by ``KEDRO_ENV`` (default ``local`` over
+``base``); :func:`session_config` sets one for a ``with`` block.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,9 +42,6 @@ logger = logging.getLogger(__name__)
 
 ROLES = ("with_clip", "without_clip", "single")
 _RUN_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
-
-_active_params: dict[str, Any] | None = None
-_active_data_root: str | None = None
 
 #: The data root of the base environment (``conf/base/globals.yml``).
 DEFAULT_DATA_ROOT = "data"
@@ -155,16 +162,55 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
     return StudyLayout(runs=tuple(runs), num_shards=num_shards)
 
 
-def activate(params: dict[str, Any]) -> None:
-    """Make ``params`` the source of :func:`active_layout` (called by the project hook)."""
-    global _active_params  # noqa: PLW0603 - the one hand-off point from the session to the registry
-    _active_params = params
+@dataclass(frozen=True)
+class SessionConfig:
+    """What a Kedro session hands to pipeline construction.
+
+    Attributes:
+        params: the session's parameters (``conf/<env>`` with runtime ``--params`` applied).
+        data_root: ``globals.data_root`` of the session's environment, or None (then
+            :func:`data_root` reads ``conf/``).
+    """
+
+    params: Mapping[str, Any]
+    data_root: str | None = None
 
 
-def activate_data_root(root: str | None) -> None:
-    """Make ``root`` (``globals.data_root`` of the session's environment) :func:`data_root`."""
-    global _active_data_root  # noqa: PLW0603 - set once per session by the project hook
-    _active_data_root = root
+#: The session's configuration while one is active (see the module docstring).
+_session: SessionConfig | None = None
+
+
+def activate(params: Mapping[str, Any] | None, data_root: str | None = None) -> None:
+    """Make ``params`` (and ``data_root``) the source of :func:`active_layout`,
+    :func:`active_params` and :func:`data_root` until :func:`deactivate`.
+
+    Called by ``ProjectHooks.after_context_created``; ``params=None`` is :func:`deactivate`.
+    """
+    global _session  # noqa: PLW0603 - the one hand-off from a session to register_pipelines
+    _session = None if params is None else SessionConfig(params, data_root)
+
+
+def deactivate() -> None:
+    """Forget the session's configuration: :func:`active_params` reads ``conf/`` again."""
+    activate(None)
+
+
+def active_session() -> SessionConfig | None:
+    """The active session's :class:`SessionConfig`, None outside a session."""
+    return _session
+
+
+@contextmanager
+def session_config(params: Mapping[str, Any], data_root: str | None = None) -> Iterator[None]:
+    """Build pipelines from ``params`` inside a ``with`` block (tests, notebooks), then restore
+    what was active before."""
+    global _session  # noqa: PLW0603 - restored exactly on leaving the block
+    before = _session
+    activate(params, data_root)
+    try:
+        yield
+    finally:
+        _session = before
 
 
 def data_root() -> str:
@@ -174,8 +220,9 @@ def data_root() -> str:
     when one is active, else that of ``conf/`` for ``KEDRO_ENV``; ``data`` when none is set.
     Paths HED builds itself (the W&B export folder, mini_rl's defaults) start here.
     """
-    if _active_data_root is not None:
-        return _active_data_root
+    session = _session
+    if session is not None and session.data_root is not None:
+        return session.data_root
     import yaml
 
     # the globals files themselves, not an OmegaConfigLoader: creating one re-registers
@@ -196,10 +243,10 @@ def active_layout() -> StudyLayout:
     return layout_from_params(active_params())
 
 
-def active_params() -> dict[str, Any]:
+def active_params() -> Mapping[str, Any]:
     """Parameters of the active session, or those of ``conf/`` for ``KEDRO_ENV`` outside one."""
-    if _active_params is not None:
-        return _active_params
+    if _session is not None:
+        return _session.params
     from hed.config.loader import HEDConfigLoader
 
     conf_source = Path(os.environ.get("HED_CONF_SOURCE", "conf"))

@@ -222,5 +222,3 @@ def _stale_message(
         f"{dataset} is stale: it was computed before a change: {what}{more}; "
         f"bring it up to date with `{command(dataset)}`, {fix_back}"
     )
-
-

@@ -482,4 +482,3 @@ def build_token_report(
     for note in report["notes"]:
         logger.info("token report leaves out: %s", note)
     return token_report.render_html(report)
-

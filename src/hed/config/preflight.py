@@ -16,6 +16,7 @@ from typing import Any
 from hed.config import layout, params
 from hed.config.mini_rl import mini_rl_params, task_params
 from hed.config.publish import publish_params
+from hed.config.sections import RUN_DEFAULTS
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import CheckpointError, ConfigError
 from hed.pass1.config import EXPORT_DIR, metrics_params
@@ -214,11 +215,12 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
     return parsed
 
 
-#: Sections whose nodes take the parsed object (``GenerationParams.of``,
+#: Sections whose nodes take the parsed object (``StudyLayout.of``, ``GenerationParams.of``,
 #: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section``,
 #: ``PublishParams.of``, ``MetricsParams.of``, ``MiniRLParams.of``, ``TaskParams.of`` accept
 #: it): the pre-run check hands these to them in place of the raw dict.
 TYPED_SECTIONS = (
+    "runs",
     "generation",
     "aggregation",
     "reporting",
@@ -233,7 +235,9 @@ TYPED_SECTIONS = (
 def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
     """Put the parsed sections of :data:`TYPED_SECTIONS` into the run's catalog.
 
-    ``params:generation`` then holds a :class:`~hed.config.params.GenerationParams`,
+    ``params:runs`` then holds a :class:`~hed.config.layout.StudyLayout` (``steps: all``
+    resolved on disk once, here), ``params:generation`` a
+    :class:`~hed.config.params.GenerationParams`,
     ``params:aggregation`` an :class:`~hed.config.params.AggregationParams`,
     ``params:reporting`` a :class:`~hed.config.params.ReportingParams` and
     ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`,
@@ -275,17 +279,15 @@ def check_strict_completeness(
         ConfigError: one line listing every gap, numbered, and the way out.
     """
     gaps = []
-    roles = {str((cfg or {}).get("role", "single")) for cfg in runs.values()}
-    if not {"with_clip", "without_clip"} <= roles:
-        have = ", ".join(
-            f"{name} ({(cfg or {}).get('role', 'single')})" for name, cfg in runs.items()
-        )
+    roles = layout.run_roles(runs)
+    if not {"with_clip", "without_clip"} <= set(roles.values()):
+        have = ", ".join(f"{name} ({role})" for name, role in roles.items())
         gaps.append(f"runs needs a with_clip and a without_clip run, has {have or 'none'}")
     if reporting.fig3_steps is None:
         gaps.append("reporting.fig3.steps is not set (the paper used [20, 80, 200])")
     else:
         for name, cfg in runs.items():
-            steps = (cfg or {}).get("steps", "all")
+            steps = (cfg or {}).get("steps", RUN_DEFAULTS["steps"])
             if steps == "all":
                 continue
             missing = sorted(
@@ -300,7 +302,9 @@ def check_strict_completeness(
         if not ((metric_runs.get(name) or {}).get("sources") or {}):
             gaps.append(f"metrics.runs.{name}.sources is empty: no pass@1 for run {name}")
         else:
-            gaps += _csv_pass1_gaps(metrics, name, (runs[name] or {}).get("steps", "all"))
+            gaps += _csv_pass1_gaps(
+                metrics, name, (runs[name] or {}).get("steps", RUN_DEFAULTS["steps"])
+            )
     if gaps:
         raise ConfigError(
             "reporting.strict is true but the figures cannot be complete: "
@@ -343,7 +347,7 @@ def check_token_report_steps(
         available = {step for _, step in study.run_steps()}
     else:
         for name, cfg in runs.items():
-            steps = (cfg or {}).get("steps", "all")
+            steps = (cfg or {}).get("steps", RUN_DEFAULTS["steps"])
             if steps == "all":
                 return
             available |= set(params.step_list(steps, f"runs.{name}.steps") or [])

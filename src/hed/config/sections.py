@@ -65,11 +65,15 @@ def _defaults_of(cls: type, *, skip: Sequence[str] = ()) -> dict[str, Any]:
     return found
 
 
+#: The defaults of a run's keys (``runs.<run>``; ``checkpoint_root`` has none): their one
+#: place (:func:`hed.config.layout.layout_from_params` reads them).
+RUN_DEFAULTS: dict[str, Any] = {"role": "single", "steps": "all", "embedded": False}
+
 #: Every key each section may hold, with its default (``...``: no default, the key is needed
 #: where it is read). Keys of a ``*`` entry are free (run names, words, GRPOConfig fields);
 #: ``<name>`` stands for one level of free names whose values follow the nested schema.
 SECTIONS: dict[str, dict[str, Any]] = {
-    "runs.<run>": {"role": "single", "checkpoint_root": ..., "steps": "all", "embedded": False},
+    "runs.<run>": {"checkpoint_root": ..., **RUN_DEFAULTS},  # role, steps, embedded
     "prompts": {
         "prompt_columns": ["prompt", "question", "problem"],
         "answer_column": "answer",
@@ -313,6 +317,7 @@ def default(section_name: str, key: str) -> Any:
 
 __all__ = [
     "DUPLICATE_POLICIES",
+    "RUN_DEFAULTS",
     "SECTIONS",
     "TOP_LEVEL",
     "check_unknown_keys",

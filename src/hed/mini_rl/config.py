@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hed.config.layout import data_root
+from hed.config.layout import StudyLayout, configured_steps, data_root, run_roles
 from hed.config.mini_rl import MiniRLParams, mapping
 from hed.config.params import positive_int
 from hed.errors import ConfigError
@@ -171,7 +171,7 @@ def _grpo_fields() -> set[str]:
 
 def training_specs(
     mini_rl: MiniRLParams | Mapping[str, Any],
-    runs: Mapping[str, Any],
+    runs: StudyLayout | Mapping[str, Any],
     prompt_params: Mapping[str, Any] | None = None,
     *,
     check_trainer_args: bool = True,
@@ -180,7 +180,8 @@ def training_specs(
 
     Args:
         mini_rl: ``params:mini_rl``, parsed (:class:`hed.config.mini_rl.MiniRLParams`) or raw.
-        runs: ``params:runs`` (role, checkpoint_root, steps of every analysed run).
+        runs: ``params:runs``, parsed (:class:`hed.config.layout.StudyLayout`) or raw
+            (checkpoint_root and listed steps of every analysed run).
         prompt_params: ``params:prompts`` (the same prompt rendering as the analysis).
         check_trainer_args: check the GRPOConfig field names (imports trl).
 
@@ -198,7 +199,7 @@ def training_specs(
     specs = []
     for name, overrides in params.runs.items():
         where = f"mini_rl.runs.{name}"
-        if name not in runs:
+        if name not in run_roles(runs):
             raise ConfigError(
                 f"{where}: no run {name!r} in `runs` (parameters.yml); "
                 "add it there with its checkpoint_root"
@@ -207,8 +208,8 @@ def training_specs(
         save_every = merged.pop("save_every", None)
         _check_trainer_args(where, merged, known)
         schedule = checkpoint_schedule(merged.get("max_steps"), save_every)
-        steps = runs[name].get("steps") if isinstance(runs[name], Mapping) else None
-        if isinstance(steps, list | tuple):
+        steps = configured_steps(runs, name)  # none for `steps: all`
+        if steps:
             unwritten = sorted(set(steps) - set(schedule))
             if unwritten:
                 raise ConfigError(
@@ -219,7 +220,7 @@ def training_specs(
         specs.append(
             TrainingSpec(
                 run=str(name),
-                checkpoint_root=str(runs[name]["checkpoint_root"]),
+                checkpoint_root=_checkpoint_root(runs, name),
                 wandb_dir=str(Path(wandb_root) / name),
                 wandb_project=params.wandb.project,
                 base_model_dir=params.base_model.model_dir,
@@ -236,6 +237,12 @@ def training_specs(
             )
         )
     return specs
+
+
+def _checkpoint_root(runs: StudyLayout | Mapping[str, Any], name: str) -> str:
+    if isinstance(runs, StudyLayout):
+        return runs.run(name).checkpoint_root
+    return str(runs[name]["checkpoint_root"])
 
 
 def _check_trainer_args(where: str, merged: Mapping[str, Any], known: set[str] | None) -> None:

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 
 from hed.analysis.correctness import correctness_values, entropy_by_correctness
 from hed.analysis.covariance import TOP_TOKEN_COLUMNS, CovarianceSettings, step_covariance
+from hed.config.layout import StudyLayout, run_roles
 from hed.config.params import AggregationParams, lexicon_param
 from hed.core.advantage import DEFAULT_EPSILON, ESTIMATORS, check_estimators, response_advantages
 from hed.errors import ConfigError, InputDataError
@@ -283,9 +284,10 @@ def warn_single_sample_groups(advantage_covariance_by_step: pd.DataFrame) -> lis
     return runs
 
 
-def panel_runs(runs: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(run, role)`` in panel order: without_clip, with_clip, single; config order within."""
-    pairs = [(str(name), str((cfg or {}).get("role", "single"))) for name, cfg in runs.items()]
+def panel_runs(runs: StudyLayout | Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(run, role)`` in panel order: without_clip, with_clip, single; config order within
+    (``params:runs`` parsed or raw)."""
+    pairs = list(run_roles(runs).items())
     rank = {role: i for i, role in enumerate(ROLE_ORDER)}
     return sorted(pairs, key=lambda pair: rank.get(pair[1], len(ROLE_ORDER)))
 

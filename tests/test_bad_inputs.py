@@ -412,7 +412,7 @@ def _(t: Ctx) -> Expect:
 @case("prompts-prompt-columns-missing")
 def _(t: Ctx) -> Expect:
     path = write_text(t.tmp / "prompts.jsonl", '{"problem": "1+1"}\n')
-    params = {k: v for k, v in PROMPT_PARAMS.items() if k != "prompt_columns"}
+    params = {**PROMPT_PARAMS, "prompt_columns": None}  # left out: the default columns
     return Expect(prompt_node_run(path, params), ConfigError, ("prompts.prompt_columns", "None"))
 
 
@@ -1674,10 +1674,10 @@ def _(t: Ctx) -> Expect:
 
 @case("dynamics-estimators")
 def _(t: Ctx) -> Expect:
-    from hed.pipelines.dynamics.nodes import dynamics_section
+    from hed.config.analysis_params import dynamics_params
 
     return Expect(
-        lambda: dynamics_section({"estimators": ["ppo"]}),
+        lambda: dynamics_params({"estimators": ["ppo"]}),
         ConfigError,
         ("dynamics.estimators", "ppo"),
     )

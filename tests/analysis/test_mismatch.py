@@ -67,15 +67,3 @@ def test_statistics_equal_numpy_and_the_bounds_are_verls():
     assert stats["kl_k3"] == pytest.approx(np.mean(r - 1 - np.log(r)), rel=1e-12)
     empty = mismatch_stats(np.array([]))
     assert empty["n_tokens"] == 0 and np.isnan(empty["kl_k3"])
-
-
-def test_bad_mismatch_parameters_are_one_line_errors():
-    from hed.errors import ConfigError
-    from hed.pipelines.rescoring.analysis_nodes import mismatch_settings
-
-    assert mismatch_settings(None) == ("bfloat16", (0.5, 2.0))
-    assert mismatch_settings({"mismatch": {"dtype": "float32"}})[0] == "float32"
-    with pytest.raises(ConfigError, match=r"analyses\.mismatch\.dtype: 'fp8' is not one of"):
-        mismatch_settings({"mismatch": {"dtype": "fp8"}})
-    with pytest.raises(ConfigError, match=r"ratio_bounds must be \[lo, hi\] with 0 < lo < hi"):
-        mismatch_settings({"mismatch": {"ratio_bounds": [2.0, 0.5]}})

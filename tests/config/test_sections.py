@@ -42,6 +42,21 @@ def test_conf_base_writes_the_code_defaults():
         assert generation[key] == SECTIONS["generation"][key], key
     assert generation["vllm"] == SECTIONS["generation.vllm"]
     assert _conf("rescoring")["rescoring"] == RESCORING_DEFAULTS
+    prompts = _conf("generation")["prompts"]
+    # a study's choices, not defaults: the answers' column and the instruction suffix
+    assert (prompts["answer_column"], SECTIONS["prompts"]["answer_column"]) == ("answer", None)
+    assert prompts["instruction_suffix"].startswith("\nPut your final answer within")
+    for key in SECTIONS["prompts"].keys() - {"answer_column", "instruction_suffix", "duplicates"}:
+        assert prompts[key] == SECTIONS["prompts"][key], key
+    dynamics = _conf("dynamics")["dynamics"]
+    assert {**dynamics, "figures": {}} == SECTIONS["dynamics"]
+    assert dynamics["figures"] == SECTIONS["dynamics.figures"]
+    analyses = _conf("analyses")["analyses"]
+    for key in ("mismatch", "trainer_entropy", "delta_logprob"):
+        assert analyses[key] == SECTIONS[f"analyses.{key}"], key
+    assert {**analyses, "mismatch": {}, "trainer_entropy": {}, "delta_logprob": {}} == SECTIONS[
+        "analyses"
+    ]
     assert rescoring_section(None) == RescoringParams() == rescoring_section(RESCORING_DEFAULTS)
 
 

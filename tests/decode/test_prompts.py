@@ -29,3 +29,24 @@ def test_chat_template_applied_and_switchable(tokenizer):
         tokenizer, "Q", {"apply_chat_template": True, "system_prompt": "Be brief."}
     )
     assert "Be brief." in with_system
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"apply_chat_template": False},
+        {"apply_chat_template": True, "system_prompt": "Be brief.", "enable_thinking": False},
+        {"system_prompt": "", "enable_thinking": None, "seed": 3},  # other keys: ignored
+    ],
+)
+def test_a_raw_mapping_and_the_parsed_rendering_give_the_same_input(tokenizer, settings):
+    from hed.config.prompt_params import prompts_params
+    from hed.decode.prompts import PromptRendering
+
+    rendering = prompts_params(settings).rendering
+    assert PromptRendering.of(settings) == rendering
+    typed = render_prompt(tokenizer, "What is 2+2?", rendering)
+    assert typed == render_prompt(tokenizer, "What is 2+2?", settings)
+    assert typed.startswith("<|im_start|>") == settings.get("apply_chat_template", True)
+    assert ("Be brief." in typed) == (settings.get("system_prompt") == "Be brief.")

@@ -501,6 +501,19 @@ def test_shard_rendered_with_another_chat_template_setting_is_refused(tmp_path):
         run_checks(records, sequences, prompt_params={"apply_chat_template": False})
 
 
+def test_the_parsed_prompts_section_checks_as_its_dict_does(tmp_path):
+    from hed.config.prompt_params import prompts_params
+
+    records, sequences = current_shards(tmp_path)
+    raw = {**PROMPT_PARAMS, "seed": 4, "instruction_suffix": "!"}
+    checked, report = run_checks(records, sequences, prompt_params=raw)
+    typed = run_checks(records, sequences, prompt_params=prompts_params(raw))
+    assert checked.equals(typed[0])
+    pd.testing.assert_frame_equal(report, typed[1])
+    with pytest.raises(InputDataError, match=r"prompts\.enable_thinking was null"):
+        run_checks(records, sequences, prompt_params=prompts_params({"enable_thinking": True}))
+
+
 def test_stale_token_records_next_to_current_sequences_are_refused(tmp_path):
     tables = shard_tables(RESPONSES, 2, recorded=RECORDED)
     hot = {**RECORDED, "sampling": {**RECORDED["sampling"], "temperature": 1.3}}

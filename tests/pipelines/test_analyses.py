@@ -204,3 +204,33 @@ def test_the_comparison_takes_the_mismatch_measures_only():
     assert out["mismatch_kl_k3"].tolist() == [0.002]
     assert "mismatch_ratio_low" not in out and "mismatch_n_tokens" not in out
     assert out["anthropomorphic_per_1k_tokens"].tolist() == [100.0]
+
+
+def test_the_nodes_give_the_same_from_the_dict_and_the_parsed_section(caplog):
+    from hed.config.analysis_params import analyses_params
+    from hed.pipelines.analyses import nodes
+
+    raw = {"reference_run": "b", "dpi": 30, "trainer_entropy": {"metric_key": "t/H",
+           "tolerance_nats": 0.25}}  # fmt: skip
+    parsed = analyses_params(raw)
+    summary = pd.DataFrame({"run": ["a", "b"], "step": [0, 0], "n_tokens": [10, 10],
+                            "mean_entropy": [1.0, 1.5],
+                            "n_high_entropy_anthropomorphic": [1, 2]})  # fmt: skip
+    pass1 = pd.DataFrame({"run": ["a", "b"], "step": [0, 0], "pass1": [0.5, 0.25]})
+    comparisons = [
+        nodes.build_runs_comparison(summary, pass1, pd.DataFrame(), source, RUNS)
+        for source in (raw, parsed)
+    ]
+    pd.testing.assert_frame_equal(*comparisons)
+    assert set(comparisons[0]["reference_run"]) == {"b"}
+    assert comparisons[0].set_index("run").loc["a", "delta_pass1"] == pytest.approx(0.25)
+    trainer = pd.DataFrame({"run": ["a", "b"], "step": [0, 0], "trainer_entropy": [1.2, 1.0]})
+    generation = {"temperature": 1.0, "samples_per_prompt": 4, "max_new_tokens": 8}
+    tables = [
+        nodes.tabulate_trainer_entropy(summary, generation, s, trainer) for s in (raw, parsed)
+    ]
+    pd.testing.assert_frame_equal(*tables)
+    assert tables[0]["metric_key"].tolist() == ["t/H", "t/H"]
+    assert tables[0]["within_tolerance"].tolist() == [True, False]  # |0.2| ≤ 0.25 < |−0.5|
+    for source in (raw, parsed):
+        assert nodes.plot_runs_comparison_png(comparisons[0], source).dpi == 30

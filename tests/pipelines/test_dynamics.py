@@ -19,6 +19,7 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 from PIL import Image
 
+from hed.config.analysis_params import DynamicsParams, dynamics_params
 from hed.config.layout import RunSpec, StudyLayout
 from hed.errors import ConfigError, InputDataError
 from hed.pipelines.dynamics import create_pipeline
@@ -165,12 +166,41 @@ def test_step_with_other_n_tokens_is_refused(tmp_path):
 
 
 def test_bad_dynamics_section_is_one_line(tmp_path):
+    records, sequences = random_step(RESPONSES)
+    records_ds, sequences_ds = write_step(tmp_path, records, sequences)
+    thresholds = thresholds_row(records)
     with pytest.raises(ConfigError, match=r"dynamics\.estimators"):
-        dyn.dynamics_section({"estimators": ["ppo"]})
+        dyn.tabulate_advantage_covariance(
+            thresholds, sequences_ds, records_ds, {}, {"estimators": ["ppo"]}
+        )
     with pytest.raises(ConfigError, match=r"dynamics\.epsilon"):
-        dyn.dynamics_section({"epsilon": -1})
+        dyn.tabulate_advantage_covariance(thresholds, sequences_ds, records_ds, {}, {"epsilon": -1})
     with pytest.raises(ConfigError, match="must be a mapping"):
-        dyn.dynamics_section([1])
+        dyn.tabulate_entropy_by_correctness(thresholds, sequences_ds, records_ds, [1])
+
+
+def test_a_raw_dict_and_the_parsed_section_give_identical_tables_and_figures(tmp_path):
+    records, sequences = random_step(RESPONSES)
+    records_ds, sequences_ds = write_step(tmp_path, records, sequences)
+    thresholds, aggregation = thresholds_row(records), AGGREGATION
+    parsed = dynamics_params(DYNAMICS)
+    assert DynamicsParams.of(parsed) is parsed
+    assert (parsed.covariance.kl_cov_ratio, parsed.figures.dpi) == (0.1, 50)
+    raw = dyn.tabulate_advantage_covariance(thresholds, sequences_ds, records_ds, aggregation,
+                                            DYNAMICS)  # fmt: skip
+    typed = dyn.tabulate_advantage_covariance(
+        thresholds, sequences_ds, records_ds, aggregation, parsed
+    )
+    for a, b in zip(raw, typed, strict=True):
+        pd.testing.assert_frame_equal(a, b)
+    assert set(raw[0]["kl_cov_ratio"]) == {0.1}
+    pd.testing.assert_frame_equal(
+        dyn.tabulate_entropy_by_correctness(thresholds, sequences_ds, records_ds, DYNAMICS),
+        dyn.tabulate_entropy_by_correctness(thresholds, sequences_ds, records_ds, parsed),
+    )
+    for source in (DYNAMICS, parsed):
+        figure = dyn.plot_advantage_covariance(raw[0], RUNS, source)
+        assert (tuple(figure.get_size_inches()), figure.dpi) == ((3.0, 4.0), 50)
 
 
 def test_pipeline_shape():
@@ -200,7 +230,7 @@ def test_every_environment_runs_dynamics_in_default_on_catalog_datasets(env):
         str(REPO / "conf"), base_env="base", default_run_env="local", env=env
     )
     params = loader["parameters"]
-    assert dyn.dynamics_section(params["dynamics"])["kl_cov_ratio"] == 0.002
+    assert dynamics_params(params["dynamics"]).covariance.kl_cov_ratio == 0.002
     configure_project("hed")
     with hed_layout.session_config(params):
         default = register_pipelines()["__default__"]

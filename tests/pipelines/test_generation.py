@@ -119,3 +119,18 @@ def test_grading_ignores_the_eos_text():
     row = table.to_pylist()[0]
     assert row["response_text"].endswith("<|im_end|>")
     assert row["extracted_answer"] == "36" and row["correct"] is True
+
+
+def test_a_raw_dict_and_the_parsed_section_give_the_same_prompt_set(tmp_path):
+    from hed.config.prompt_params import PromptsParams, prompts_params
+
+    rows = [{"problem": f"{i}+{i}", "answer": str(2 * i)} for i in range(6)]
+    path = _write_jsonl(tmp_path / "p.jsonl", [*rows, rows[2]])  # one duplicate, dropped
+    raw = PromptFileDataset(filepath=str(path)).load()
+    params = {**PARAMS, "num_prompts": 4, "seed": 5, "instruction_suffix": " Go."}
+    parsed = prompts_params(params)
+    assert PromptsParams.of(parsed) is parsed
+    from_dict, from_parsed = build_prompt_set(raw, params), build_prompt_set(raw, parsed)
+    pd.testing.assert_frame_equal(from_dict, from_parsed)
+    assert len(from_dict) == 4 and from_dict["prompt"].str.endswith(" Go.").all()
+    assert 6 not in from_dict["source_row"].tolist()  # the duplicate row (index 6) is gone

@@ -23,6 +23,10 @@ import pandas as pd
 from hed.analysis.mismatch import subset_masks
 
 QUANTILES = (1, 10, 50, 90, 99)
+#: Defaults of :func:`top_words` (``analyses.delta_logprob``): words listed per direction, and
+#: the tokens a word needs to be listed.
+TOP_N = 20
+MIN_COUNT = 2
 DELTA_COLUMNS = [
     "run",
     "step",
@@ -99,8 +103,8 @@ def top_words(
     run: str,
     step: int,
     base: int,
-    top_n: int = 20,
-    min_count: int = 2,
+    top_n: int = TOP_N,
+    min_count: int = MIN_COUNT,
 ) -> pd.DataFrame:
     """Words whose tokens' mean Δlog p rose and fell most.
 

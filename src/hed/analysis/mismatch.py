@@ -35,6 +35,10 @@ import pandas as pd
 SUBSETS = ("all", "high_entropy", "other", "anthropomorphic", "reasoning")
 #: verl's default truncation bounds of the importance ratio (lower = 1 / upper).
 VERL_RATIO_BOUNDS = (0.5, 2.0)
+#: dtypes a step's own responses may be re-scored in (``analyses.mismatch.dtype``): bfloat16 is
+#: the trainer's (the default), float32 the exact reference.
+MISMATCH_DTYPES = ("float32", "bfloat16", "float16")
+MISMATCH_DTYPE = "bfloat16"
 #: Columns of ``sampler_trainer_mismatch``.
 MISMATCH_COLUMNS = [
     "run",

@@ -217,14 +217,17 @@ def shard_rows(table: pa.Table, shard: int, num_shards: int) -> pa.Table:
     return table.filter(pa.array(prompt_index % num_shards == shard))
 
 
-def items_to_score(table: pa.Table, tokenizer, prompt_params, special_ids, render_prompt):
-    """:class:`ResponseToScore` items and is_special arrays of the reference rows."""
+def items_to_score(table: pa.Table, tokenizer, rendering, special_ids, render_prompt):
+    """:class:`ResponseToScore` items and is_special arrays of the reference rows, each prompt
+    rendered by ``render_prompt(tokenizer, prompt, rendering)``
+    (:func:`hed.decode.prompts.render_prompt`, :class:`~hed.decode.prompts.PromptRendering`).
+    """
     rendered: dict[str, list[int]] = {}
     items, special = [], []
     for row in table.to_pylist():
         prompt = row["prompt"]
         if prompt not in rendered:
-            text = render_prompt(tokenizer, prompt, prompt_params)
+            text = render_prompt(tokenizer, prompt, rendering)
             rendered[prompt] = tokenizer(text, add_special_tokens=False)["input_ids"]
         if row["response_token_ids"] is not None:
             ids = np.asarray(row["response_token_ids"], dtype=np.int32)

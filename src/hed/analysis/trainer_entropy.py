@@ -22,6 +22,11 @@ import pandas as pd
 
 logger = logging.getLogger(__name__)
 
+#: The W&B key verl logs the trainer's mean entropy under (``analyses.trainer_entropy``'s
+#: default ``metric_key``) and the default tolerance (nats) of its difference to HED's.
+METRIC_KEY = "actor/entropy"
+TOLERANCE_NATS = 0.05
+
 #: Columns of the ``trainer_entropy`` table.
 TRAINER_ENTROPY_COLUMNS = [
     "run",

@@ -14,7 +14,9 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hed.config import layout, params
+from hed.config.analysis_params import analyses_params, dynamics_params
 from hed.config.mini_rl import mini_rl_params, task_params
+from hed.config.prompt_params import PromptsParams, prompts_params
 from hed.config.publish import publish_params
 from hed.config.sections import RUN_DEFAULTS
 from hed.decode.checkpoints import checkpoint_fingerprint
@@ -59,7 +61,11 @@ def check_reused_shards(pipeline: Any, catalog: Any) -> int:
     if not names or "params:generation" not in pipeline.datasets():
         return 0
     generation = catalog.load("params:generation") or {}
-    prompt_params = catalog.load("params:prompts") if "params:prompts" in catalog else None
+    prompt_params = (
+        PromptsParams.of(catalog.load("params:prompts")).rendering.as_params()
+        if "params:prompts" in catalog
+        else None
+    )
     checked = 0
     fingerprints: dict[str, dict[str, str] | None] = {}
     for name in names:
@@ -146,15 +152,17 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
     A bad ``aggregation.top_entropy_frac`` or ``reporting.top_n_words`` would otherwise
     surface only after hours of generation. Parsed here, for the sections the pipeline reads,
     with the rules of :mod:`hed.config.params`: ``runs`` (names, roles, steps:
-    :func:`hed.config.layout.layout_from_params`), ``generation`` (sampling parameters, dtype,
+    :func:`hed.config.layout.layout_from_params`), ``prompts``
+    (:func:`hed.config.prompt_params.prompts_params`), ``generation`` (sampling parameters, dtype,
     backend), ``aggregation`` (``top_entropy_frac``, the lexicon), ``reporting`` (section
     shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``, the
     completeness rules that need no data (:func:`check_strict_completeness`), ``rescoring``
     (:func:`hed.analysis.rescoring.rescoring_section`), ``publish`` (destinations and their
-    targets: :func:`hed.config.publish.publish_params`), ``metrics`` (each run's pass@1
-    sources: :func:`hed.pass1.config.metrics_params`), ``mini_rl`` and ``mini_rl.task`` (the
-    training's shape, counts and task sets: :func:`hed.config.mini_rl.mini_rl_params`; what
-    needs trl or ``runs`` is checked by the training node). Unknown keys are refused earlier, when
+    targets: :func:`hed.config.publish.publish_params`), ``dynamics`` and ``analyses``
+    (:mod:`hed.config.analysis_params`), ``metrics`` (each run's pass@1 sources:
+    :func:`hed.pass1.config.metrics_params`), ``mini_rl`` and ``mini_rl.task`` (the training's
+    shape, counts and task sets: :func:`hed.config.mini_rl.mini_rl_params`; what needs trl or
+    ``runs`` is checked by the training node). Unknown keys are refused earlier, when
     the session starts (:func:`hed.config.sections.check_unknown_keys`).
 
     Args:
@@ -163,9 +171,12 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
 
     Returns:
         ``{section: parsed}`` in check order: a :class:`~hed.config.layout.StudyLayout` for
-        ``runs``, :class:`~hed.config.params.GenerationParams`,
+        ``runs``, :class:`~hed.config.prompt_params.PromptsParams`,
+        :class:`~hed.config.params.GenerationParams`,
         :class:`~hed.config.params.AggregationParams`, :class:`~hed.config.params.ReportingParams`,
         :class:`~hed.analysis.rescoring.RescoringParams`,
+        :class:`~hed.config.analysis_params.DynamicsParams`,
+        :class:`~hed.config.analysis_params.AnalysesParams`,
         :class:`~hed.config.publish.PublishParams`, :class:`~hed.pass1.config.MetricsParams`,
         :class:`~hed.config.mini_rl.MiniRLParams`, :class:`~hed.config.mini_rl.TaskParams`.
 
@@ -184,6 +195,8 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         parsed["runs"] = layout.layout_from_params(
             {"runs": load("runs"), "generation": load("generation") or {}}
         )
+    if "params:prompts" in datasets:
+        parsed["prompts"] = prompts_params(load("prompts"))
     if "params:generation" in datasets:
         parsed["generation"] = params.generation_params(load("generation"))
     if "params:aggregation" in datasets:
@@ -201,6 +214,10 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         parsed["rescoring"] = rescoring_section(load("rescoring"))
     if "params:publish" in datasets:
         parsed["publish"] = publish_params(load("publish"))
+    if "params:dynamics" in datasets:
+        parsed["dynamics"] = dynamics_params(load("dynamics"))
+    if "params:analyses" in datasets:
+        parsed["analyses"] = analyses_params(load("analyses"))
     if "params:metrics" in datasets:
         runs = load("runs")
         parsed["metrics"] = metrics_params(
@@ -215,33 +232,30 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
     return parsed
 
 
-#: Sections whose nodes take the parsed object (``StudyLayout.of``, ``GenerationParams.of``,
-#: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section``,
-#: ``PublishParams.of``, ``MetricsParams.of``, ``MiniRLParams.of``, ``TaskParams.of`` accept
-#: it): the pre-run check hands these to them in place of the raw dict.
+#: Sections whose nodes take the parsed object (``StudyLayout.of``, ``PromptsParams.of``,
+#: ``GenerationParams.of``, ``AggregationParams.of``, ``ReportingParams.of``,
+#: ``rescoring_section``, ``DynamicsParams.of``, ``AnalysesParams.of``, ``PublishParams.of``,
+#: ``MetricsParams.of``, ``MiniRLParams.of``, ``TaskParams.of`` accept it): the pre-run check
+#: hands these to them in place of the raw dict.
 TYPED_SECTIONS = (
-    "runs",
-    "generation",
-    "aggregation",
-    "reporting",
-    "rescoring",
-    "publish",
-    "metrics",
-    "mini_rl",
-    "mini_rl.task",
-)
+    "runs", "prompts", "generation", "aggregation", "reporting", "rescoring", "dynamics",
+    "analyses", "publish", "metrics", "mini_rl", "mini_rl.task",
+)  # fmt: skip
 
 
 def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
     """Put the parsed sections of :data:`TYPED_SECTIONS` into the run's catalog.
 
     ``params:runs`` then holds a :class:`~hed.config.layout.StudyLayout` (``steps: all``
-    resolved on disk once, here), ``params:generation`` a
-    :class:`~hed.config.params.GenerationParams`,
+    resolved on disk once, here), ``params:prompts`` a
+    :class:`~hed.config.prompt_params.PromptsParams`,
+    ``params:generation`` a :class:`~hed.config.params.GenerationParams`,
     ``params:aggregation`` an :class:`~hed.config.params.AggregationParams`,
-    ``params:reporting`` a :class:`~hed.config.params.ReportingParams` and
+    ``params:reporting`` a :class:`~hed.config.params.ReportingParams`,
     ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`,
-    ``params:publish`` a :class:`~hed.config.publish.PublishParams` and ``params:metrics`` a
+    ``params:dynamics`` a :class:`~hed.config.analysis_params.DynamicsParams`,
+    ``params:analyses`` an :class:`~hed.config.analysis_params.AnalysesParams`,
+    ``params:publish`` a :class:`~hed.config.publish.PublishParams`, ``params:metrics`` a
     :class:`~hed.pass1.config.MetricsParams`, ``params:mini_rl`` a
     :class:`~hed.config.mini_rl.MiniRLParams` and ``params:mini_rl.task`` a
     :class:`~hed.config.mini_rl.TaskParams`: the nodes read

@@ -10,11 +10,12 @@ sampling run at 1.0.
 Defaults that a typed section already declares are taken from it, so each lives in one place:
 the sampling settings from :class:`hed.decode.types.SamplingParams`, the vLLM engine's from
 :class:`hed.decode.types.VLLMSettings`, the rescoring's from
-:data:`hed.analysis.rescoring.RESCORING_DEFAULTS`, publishing's from
-:class:`hed.config.publish.PublishParams`, the W&B keys of ``metrics`` from
+:data:`hed.analysis.rescoring.RESCORING_DEFAULTS`, the dynamics' and the analyses' from
+:mod:`hed.config.analysis_params`, the prompts' from :mod:`hed.config.prompt_params`,
+publishing's from :class:`hed.config.publish.PublishParams`, the W&B keys of ``metrics`` from
 :class:`hed.pass1.config.WandbDefaults`, the mini-RL training's from
-:class:`hed.config.mini_rl.MiniRLParams` and its parts. ``conf/base/parameters_*.yml`` write the
-same values out for users (a test keeps them equal).
+:class:`hed.config.mini_rl.MiniRLParams` and its parts, a run's from :data:`RUN_DEFAULTS`.
+``conf/base/parameters_*.yml`` write the same values out for users (a test keeps them equal).
 """
 
 from __future__ import annotations
@@ -26,7 +27,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hed.analysis.covariance import CovarianceSettings
 from hed.analysis.rescoring import RESCORING_DEFAULTS
+from hed.config.analysis_params import (
+    AnalysesParams,
+    DeltaLogprobSettings,
+    DynamicsFigures,
+    DynamicsParams,
+    MismatchSettings,
+    TrainerEntropySettings,
+)
 from hed.config.mini_rl import (
     BaseModelParams,
     MiniRLParams,
@@ -34,35 +44,44 @@ from hed.config.mini_rl import (
     TrainingWandbParams,
     ValidationParams,
 )
+from hed.config.prompt_params import PromptsParams
 from hed.config.publish import HubPublishParams, PublishParams, WandbPublishParams
-from hed.decode.prompts import DUPLICATE_POLICIES
+from hed.decode.prompts import DUPLICATE_POLICIES, PromptRendering
 from hed.decode.types import SamplingParams, VLLMSettings
 from hed.errors import ConfigError
 from hed.pass1.config import MetricsParams, WandbDefaults
 
 
 def _defaults_of(cls: type, *, skip: Sequence[str] = ()) -> dict[str, Any]:
-    """``{field: default}`` of a dataclass as YAML writes it, in field order.
+    """``{field: default}`` of a dataclass as YAML writes it, in field order: ``...`` for a field
+    without a default, a tuple as a list, a nested section (a dataclass) as ``{}`` (its keys
+    are listed under its own dotted name). Fields in ``skip`` (derived, not keys) are left out.
 
-    ``...`` for a field without a default; a nested dataclass (a sub-section with its own
-    schema) as ``{}``; a tuple as a list. Fields in ``skip`` (derived, not keys) are left out.
+    E.g. ``_defaults_of(DynamicsFigures)`` → ``{"panel_size": [3.2, 2.2], "dpi": 200}``.
     """
-    found: dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
         if field.name in skip:
             continue
-        if field.default is not dataclasses.MISSING:
-            value = field.default
-        elif field.default_factory is not dataclasses.MISSING:
+        value = field.default
+        if value is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
             value = field.default_factory()
-        else:
+        if value is dataclasses.MISSING:
             value = ...
-        if dataclasses.is_dataclass(value):
+        elif dataclasses.is_dataclass(value):
             value = {}
-        elif isinstance(value, tuple):
-            value = list(value)
-        found[field.name] = value
-    return found
+        out[field.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def _flat(cls: type, nested: str, inner: type) -> dict[str, Any]:
+    """The defaults of ``cls`` with its field ``nested`` (an ``inner`` dataclass) written as the
+    section's own keys, where it stood (``dynamics.kl_cov_ratio`` is
+    ``DynamicsParams.covariance.kl_cov_ratio``)."""
+    out: dict[str, Any] = {}
+    for key, value in _defaults_of(cls).items():
+        out.update(_defaults_of(inner) if key == nested else {key: value})
+    return out
 
 
 #: The defaults of a run's keys (``runs.<run>``; ``checkpoint_root`` has none): their one
@@ -74,17 +93,9 @@ RUN_DEFAULTS: dict[str, Any] = {"role": "single", "steps": "all", "embedded": Fa
 #: ``<name>`` stands for one level of free names whose values follow the nested schema.
 SECTIONS: dict[str, dict[str, Any]] = {
     "runs.<run>": {"checkpoint_root": ..., **RUN_DEFAULTS},  # role, steps, embedded
-    "prompts": {
-        "prompt_columns": ["prompt", "question", "problem"],
-        "answer_column": "answer",
-        "num_prompts": None,
-        "seed": 0,
-        "apply_chat_template": True,
-        "enable_thinking": None,
-        "system_prompt": None,
-        "instruction_suffix": "",
-        "duplicates": "drop",
-    },
+    # prompt_columns, answer_column, num_prompts, seed, the rendering keys
+    # (apply_chat_template, enable_thinking, system_prompt), instruction_suffix, duplicates
+    "prompts": _flat(PromptsParams, "rendering", PromptRendering),
     "generation": {
         "num_shards": 1,
         "samples_per_prompt": ...,
@@ -132,27 +143,15 @@ SECTIONS: dict[str, dict[str, Any]] = {
     "publish": _defaults_of(PublishParams),
     "publish.wandb": _defaults_of(WandbPublishParams),
     "publish.hub": _defaults_of(HubPublishParams),
-    "dynamics": {
-        "estimators": ["grpo", "dr_grpo"],
-        "epsilon": 1.0e-6,
-        "clip_cov_band": [1.0, 5.0],
-        "kl_cov_ratio": 0.002,
-        "batch_records": 65536,
-        "figures": {},
-    },
-    "dynamics.figures": {"panel_size": [3.2, 2.2], "dpi": 200},
+    # estimators, epsilon, the covariance settings (kl_cov_ratio, clip_cov_band, batch_records)
+    "dynamics": _flat(DynamicsParams, "covariance", CovarianceSettings),
+    "dynamics.figures": _defaults_of(DynamicsFigures),
     "rescoring": {**RESCORING_DEFAULTS, "reference": {}},
     "rescoring.reference": RESCORING_DEFAULTS["reference"],
-    "analyses": {
-        "reference_run": None,
-        "mismatch": {},
-        "trainer_entropy": {},
-        "delta_logprob": {},
-        "dpi": 200,
-    },
-    "analyses.mismatch": {"dtype": "bfloat16", "ratio_bounds": [0.5, 2.0]},
-    "analyses.trainer_entropy": {"metric_key": "actor/entropy", "tolerance_nats": 0.05},
-    "analyses.delta_logprob": {"top_n": 20, "min_count": 2},
+    "analyses": _defaults_of(AnalysesParams),  # reference_run, mismatch, ..., dpi
+    "analyses.mismatch": _defaults_of(MismatchSettings),
+    "analyses.trainer_entropy": _defaults_of(TrainerEntropySettings),
+    "analyses.delta_logprob": _defaults_of(DeltaLogprobSettings),
     "mini_rl": _defaults_of(MiniRLParams, skip=("raw",)),
     "mini_rl.base_model": _defaults_of(BaseModelParams),
     "mini_rl.wandb": _defaults_of(TrainingWandbParams),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,40 @@ logger = logging.getLogger(__name__)
 
 #: ``prompts.duplicates``: what :func:`unique_prompt_rows` does with repeated prompts.
 DUPLICATE_POLICIES = ("drop", "keep")
+
+
+@dataclass(frozen=True)
+class PromptRendering:
+    """How a prompt becomes the model's input (the rendering keys of ``params:prompts``).
+
+    Parsed and checked with the rest of the section by
+    :func:`hed.config.prompt_params.prompts_params`; :func:`render_prompt` applies it.
+
+    Attributes:
+        apply_chat_template: wrap the prompt in the tokenizer's chat template, when it has one.
+        enable_thinking: passed to the chat template when not None (Qwen3's switch).
+        system_prompt: a system message before the user's (None or empty: none).
+    """
+
+    apply_chat_template: bool = True
+    enable_thinking: bool | None = None
+    system_prompt: str | None = None
+
+    @classmethod
+    def of(cls, value: PromptRendering | Mapping[str, Any] | None) -> PromptRendering:
+        """``value`` if already one, else the rendering keys of a ``params:prompts`` mapping
+        (a key left out: the default above), values as given."""
+        if isinstance(value, cls):
+            return value
+        given = value or {}
+        return cls(**{f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given})
+
+    def as_params(self) -> dict[str, Any]:
+        """The settings as ``params:prompts`` writes them: ``{"apply_chat_template": ...,
+        "enable_thinking": ..., "system_prompt": ...}`` (what shard metadata records, through
+        :func:`hed.records.shard_metadata.chat_template_settings`)."""
+        return dataclasses.asdict(self)
+
 
 #: Columns of the ``prompts`` dataset.
 PROMPT_COLUMNS = ["prompt_index", "prompt_id", "prompt", "answer", "source_file", "source_row"]
@@ -124,11 +160,7 @@ def unique_prompt_rows(
     Raises:
         ConfigError: ``policy`` is neither ``drop`` nor ``keep``.
     """
-    if policy not in DUPLICATE_POLICIES:
-        raise ConfigError(
-            f"prompts.duplicates is {policy!r}: use drop (keep the first row of each prompt) "
-            "or keep (count every row)"
-        )
+    check_duplicate_policy(policy)
     seen: dict[str, int] = {}
     duplicates: list[int] = []
     for row, pid in enumerate(ids):
@@ -153,6 +185,20 @@ def unique_prompt_rows(
     if policy == "keep" or not duplicates:
         return np.arange(len(ids))
     return np.array(sorted(set(range(len(ids))) - set(duplicates)), dtype=np.int64)
+
+
+def check_duplicate_policy(policy: Any) -> str:
+    """``prompts.duplicates``, checked: ``drop`` or ``keep`` (:data:`DUPLICATE_POLICIES`).
+
+    Raises:
+        ConfigError: another value.
+    """
+    if policy not in DUPLICATE_POLICIES:
+        raise ConfigError(
+            f"prompts.duplicates is {policy!r}: use drop (keep the first row of each prompt) "
+            "or keep (count every row)"
+        )
+    return str(policy)
 
 
 def check_context_length(
@@ -195,28 +241,40 @@ def check_context_length(
     )
 
 
-def render_prompt(tokenizer: Any, user_text: str, params: dict[str, Any]) -> str:
+def render_prompt(
+    tokenizer: Any, user_text: str, params: PromptRendering | Mapping[str, Any]
+) -> str:
     """The exact model input for one prompt.
 
     With ``apply_chat_template`` true and a tokenizer that has a chat template, the user message
     (preceded by ``system_prompt`` when set) goes through ``tokenizer.apply_chat_template`` with
     ``add_generation_prompt=True``; ``enable_thinking`` is passed only when not null (templates
     that do not use it ignore it). Otherwise the text is used as is.
+
+    Args:
+        tokenizer: the checkpoint's tokenizer.
+        user_text: the prompt (with its instruction suffix).
+        params: the rendering settings (:class:`PromptRendering`, or a ``params:prompts``
+            mapping holding them).
     """
-    if not params.get("apply_chat_template", True) or not getattr(tokenizer, "chat_template", None):
+    rendering = PromptRendering.of(params)
+    if not rendering.apply_chat_template or not getattr(tokenizer, "chat_template", None):
         return user_text
     messages = []
-    if params.get("system_prompt"):
-        messages.append({"role": "system", "content": params["system_prompt"]})
+    if rendering.system_prompt:
+        messages.append({"role": "system", "content": rendering.system_prompt})
     messages.append({"role": "user", "content": user_text})
     kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": True}
-    if params.get("enable_thinking") is not None:
-        kwargs["enable_thinking"] = bool(params["enable_thinking"])
+    if rendering.enable_thinking is not None:
+        kwargs["enable_thinking"] = bool(rendering.enable_thinking)
     return tokenizer.apply_chat_template(messages, **kwargs)
 
 
 def prompt_inputs(
-    rows: pd.DataFrame, backend: Any, prompt_params: dict[str, Any], max_new_tokens: int
+    rows: pd.DataFrame,
+    backend: Any,
+    prompt_params: PromptRendering | Mapping[str, Any],
+    max_new_tokens: int,
 ) -> list[PromptInput]:
     """The model inputs of a shard's prompts, checked to fit the model's context.
 
@@ -224,7 +282,8 @@ def prompt_inputs(
         rows: rows of the ``prompts`` dataset (prompt_index, prompt_id, prompt).
         backend: the open backend (:class:`hed.decode.backend.DecodingBackend`): its
             ``tokenizer`` renders and counts, its ``max_position_embeddings`` is the context.
-        prompt_params: ``params:prompts`` (chat template settings, :func:`render_prompt`).
+        prompt_params: the rendering settings (:class:`PromptRendering`, or ``params:prompts``;
+            :func:`render_prompt`).
         max_new_tokens: ``generation.max_new_tokens``.
 
     Returns:

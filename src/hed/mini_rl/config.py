@@ -29,6 +29,7 @@ from typing import Any
 from hed.config.layout import StudyLayout, configured_steps, data_root, run_roles
 from hed.config.mini_rl import MiniRLParams, mapping
 from hed.config.params import positive_int
+from hed.config.prompt_params import PromptsParams
 from hed.errors import ConfigError
 from hed.mini_rl.reward import grader
 
@@ -172,7 +173,7 @@ def _grpo_fields() -> set[str]:
 def training_specs(
     mini_rl: MiniRLParams | Mapping[str, Any],
     runs: StudyLayout | Mapping[str, Any],
-    prompt_params: Mapping[str, Any] | None = None,
+    prompt_params: PromptsParams | Mapping[str, Any] | None = None,
     *,
     check_trainer_args: bool = True,
 ) -> list[TrainingSpec]:
@@ -182,7 +183,8 @@ def training_specs(
         mini_rl: ``params:mini_rl``, parsed (:class:`hed.config.mini_rl.MiniRLParams`) or raw.
         runs: ``params:runs``, parsed (:class:`hed.config.layout.StudyLayout`) or raw
             (checkpoint_root and listed steps of every analysed run).
-        prompt_params: ``params:prompts`` (the same prompt rendering as the analysis).
+        prompt_params: ``params:prompts`` (the same prompt rendering as the analysis; parsed
+            or its dict, :class:`hed.config.prompt_params.PromptsParams`).
         check_trainer_args: check the GRPOConfig field names (imports trl).
 
     Raises:
@@ -192,7 +194,7 @@ def training_specs(
             ``runs.<run>.steps`` that the schedule does not write.
     """
     params = MiniRLParams.of(mini_rl)
-    prompt = {key: (prompt_params or {}).get(key) for key in PROMPT_KEYS}
+    prompt = PromptsParams.of(prompt_params).rendering_keys()  # the keys of PROMPT_KEYS
     known = _grpo_fields() if check_trainer_args else None
     grader(params.reward)  # an unknown name fails here, before any training
     wandb_root = params.wandb.dir or f"{data_root()}/01_raw/wandb"

@@ -53,6 +53,7 @@ from hed.config.params import (
     shard_config,
     top_entropy_frac_param,
 )
+from hed.config.prompt_params import PromptsParams
 from hed.core.lexicon import Lexicon
 from hed.core.thresholds import EntropyThreshold, compute_threshold
 from hed.records.shard_checks import (
@@ -69,7 +70,7 @@ logger = logging.getLogger(__name__)
 def check_sequences(
     prompts: pd.DataFrame,
     generation: GenerationParams | dict[str, Any],
-    prompt_params: dict[str, Any],
+    prompt_params: PromptsParams | dict[str, Any],
     checkpoints: dict[str, Any],
     *shard_sequences: ds.Dataset,
     run: str,
@@ -80,7 +81,7 @@ def check_sequences(
     Args:
         prompts: ``prompts`` (the expected prompt set and its ``prompt_id`` per shard).
         generation: ``params:generation`` (``num_shards``, ``samples_per_prompt``, sampling).
-        prompt_params: ``params:prompts`` (chat-template settings).
+        prompt_params: ``params:prompts`` (the rendering settings; parsed or its dict).
         checkpoints: ``checkpoints`` (fingerprint of each (run, step)'s checkpoint).
         *shard_sequences: ``<run>.step_<step>.shard_<k>.sequences`` for k = 0, 1, ...
         run, step: the step (bound when the pipeline is built).
@@ -93,19 +94,26 @@ def check_sequences(
         ConfigError: ``num_shards`` or ``samples_per_prompt`` is not a positive integer.
     """
     num_shards, samples = shard_config(generation)
-    current = CurrentGeneration(
-        dict(generation_mapping(generation)), prompt_params, checkpoints, prompts
-    )
+    current = _current(generation, prompt_params, checkpoints, prompts)
     return checked_responses(
         shard_sequences, current, num_shards=num_shards, samples=samples, run=run, step=step
     )
+
+
+def _current(
+    generation: Any, prompt_params: Any, checkpoints: dict[str, Any], prompts: pd.DataFrame
+) -> CurrentGeneration:
+    """The configuration the shards are compared with: generation as configured, the prompts'
+    rendering settings as ``params:prompts`` writes them."""
+    rendering = PromptsParams.of(prompt_params).rendering.as_params()
+    return CurrentGeneration(dict(generation_mapping(generation)), rendering, checkpoints, prompts)
 
 
 def check_token_records(
     sequences: pd.DataFrame,
     prompts: pd.DataFrame,
     generation: GenerationParams | dict[str, Any],
-    prompt_params: dict[str, Any],
+    prompt_params: PromptsParams | dict[str, Any],
     checkpoints: dict[str, Any],
     *shard_records: ds.Dataset,
     run: str,
@@ -120,9 +128,7 @@ def check_token_records(
         InputDataError: see :func:`hed.records.shard_checks.shard_report`.
     """
     num_shards, _ = shard_config(generation)
-    current = CurrentGeneration(
-        dict(generation_mapping(generation)), prompt_params, checkpoints, prompts
-    )
+    current = _current(generation, prompt_params, checkpoints, prompts)
     return shard_report(
         sequences, shard_records, current, num_shards=num_shards, run=run, step=step
     )

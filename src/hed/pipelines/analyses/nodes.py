@@ -20,9 +20,10 @@ from hed.analysis.hedging_propensity import hedging_propensity_by_step
 from hed.analysis.pass_at_k import PASS_AT_K_COLUMNS, step_pass_at_k
 from hed.analysis.runs_comparison import compare_runs, step_measures
 from hed.analysis.trainer_entropy import TRAINER_ENTROPY_COLUMNS, compare_trainer_entropy
+from hed.config.analysis_params import AnalysesParams
 from hed.config.layout import StudyLayout, run_roles
 from hed.config.params import GenerationParams
-from hed.errors import ConfigError, InputDataError
+from hed.errors import InputDataError
 from hed.pass1.sources import parse_run_config, read_wandb_history, read_wandb_offline_history
 from hed.report import analysis_figures
 
@@ -35,24 +36,6 @@ MISMATCH_MEASURES = (
     "kl_k3",
     "ratio_outside_share",
 )
-
-
-def analyses_section(analyses: Any) -> dict[str, Any]:
-    """``params:analyses`` with every default filled (``None`` = all defaults).
-
-    Raises:
-        ConfigError: not a mapping, or a bad dpi.
-    """
-    if analyses is None:
-        analyses = {}
-    if not isinstance(analyses, Mapping):
-        raise ConfigError(
-            f"parameter `analyses` must be a mapping (parameters_analyses.yml), got {analyses!r}"
-        )
-    dpi = analyses.get("dpi", 200)
-    if isinstance(dpi, bool) or not isinstance(dpi, int) or dpi < 10:
-        raise ConfigError(f"analyses.dpi must be an integer ≥ 10, got {dpi!r}")
-    return {"reference_run": None, **analyses, "dpi": dpi}
 
 
 def tabulate_pass_at_k(
@@ -119,30 +102,32 @@ def tabulate_hedging_propensity(
 
 
 def plot_hedging_propensity_png(
-    hedging_propensity: pd.DataFrame, analyses: dict[str, Any]
+    hedging_propensity: pd.DataFrame, analyses: AnalysesParams | dict[str, Any]
 ) -> Figure:
     """The exact propensity beside the sampled share of Figure 2, one panel per run."""
     return analysis_figures.plot_hedging_propensity(
-        hedging_propensity, dpi=analyses_section(analyses)["dpi"]
+        hedging_propensity, dpi=AnalysesParams.of(analyses).dpi
     )
 
 
-def plot_pass_at_k_png(pass_at_k: pd.DataFrame, analyses: dict[str, Any]) -> Figure:
+def plot_pass_at_k_png(
+    pass_at_k: pd.DataFrame, analyses: AnalysesParams | dict[str, Any]
+) -> Figure:
     """pass@k curves, one panel per run, one line per step."""
-    return analysis_figures.plot_pass_at_k(pass_at_k, dpi=analyses_section(analyses)["dpi"])
+    return analysis_figures.plot_pass_at_k(pass_at_k, dpi=AnalysesParams.of(analyses).dpi)
 
 
 def plot_entropy_performance_fit_png(
     summary_by_step: pd.DataFrame,
     pass1_for_figures: pd.DataFrame,
     entropy_performance_fit: pd.DataFrame,
-    analyses: dict[str, Any],
+    analyses: AnalysesParams | dict[str, Any],
 ) -> Figure:
     """The steps' (H, pass@1) points and each run's fitted curve."""
     return analysis_figures.plot_entropy_performance_fit(
         _entropy_and_pass1(summary_by_step, pass1_for_figures),
         entropy_performance_fit,
-        dpi=analyses_section(analyses)["dpi"],
+        dpi=AnalysesParams.of(analyses).dpi,
     )
 
 
@@ -150,7 +135,7 @@ def build_runs_comparison(
     summary_by_step: pd.DataFrame,
     pass1_for_figures: pd.DataFrame,
     pass_at_k: pd.DataFrame,
-    analyses: dict[str, Any],
+    analyses: AnalysesParams | dict[str, Any],
     runs: StudyLayout | dict[str, Any],
     **extra: pd.DataFrame,
 ) -> pd.DataFrame:
@@ -170,7 +155,7 @@ def build_runs_comparison(
     Raises:
         ConfigError: the reference run is not a run with steps.
     """
-    reference = analyses_section(analyses)["reference_run"] or next(iter(run_roles(runs)), None)
+    reference = AnalysesParams.of(analyses).reference_run or next(iter(run_roles(runs)), None)
     if "mismatch" in extra:  # its measures, not its bounds or counts
         keep = ["run", "step", "subset", *MISMATCH_MEASURES]
         extra = {**extra, "mismatch": extra["mismatch"].reindex(columns=keep)}
@@ -178,7 +163,9 @@ def build_runs_comparison(
     return compare_runs(table, measures, str(reference))
 
 
-def plot_runs_comparison_png(runs_comparison: pd.DataFrame, analyses: dict[str, Any]) -> Figure:
+def plot_runs_comparison_png(
+    runs_comparison: pd.DataFrame, analyses: AnalysesParams | dict[str, Any]
+) -> Figure:
     """One panel per measure, one line per run."""
     measures = [
         c
@@ -186,25 +173,16 @@ def plot_runs_comparison_png(runs_comparison: pd.DataFrame, analyses: dict[str, 
         if c not in ("run", "step", "reference_run", "max_k") and not c.startswith("delta_")
     ]
     return analysis_figures.plot_runs_comparison(
-        runs_comparison, measures, dpi=analyses_section(analyses)["dpi"]
+        runs_comparison, measures, dpi=AnalysesParams.of(analyses).dpi
     )
 
 
-def _trainer_settings(analyses: Any) -> tuple[str, float]:
-    section = analyses_section(analyses).get("trainer_entropy") or {}
-    key = section.get("metric_key", "actor/entropy")
-    tolerance = section.get("tolerance_nats", 0.05)
-    if not isinstance(key, str) or not key:
-        raise ConfigError(f"analyses.trainer_entropy.metric_key must be a W&B key, got {key!r}")
-    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 0:
-        raise ConfigError(
-            f"analyses.trainer_entropy.tolerance_nats must be a number ≥ 0, got {tolerance!r}"
-        )
-    return key, float(tolerance)
-
-
 def fetch_trainer_entropy(
-    metrics_params: dict[str, Any], analyses: dict[str, Any], pass1: pd.DataFrame, *, run: str
+    metrics_params: dict[str, Any],
+    analyses: AnalysesParams | dict[str, Any],
+    pass1: pd.DataFrame,
+    *,
+    run: str,
 ) -> pd.DataFrame:
     """The trainer's logged entropy of ``run`` from its W&B source (key
     ``analyses.trainer_entropy.metric_key``, verl: ``actor/entropy``).
@@ -221,7 +199,7 @@ def fetch_trainer_entropy(
         run, step, trainer_entropy (nats); no row when the run has no W&B source or the run
         does not log the key (a warning says so).
     """
-    key, _ = _trainer_settings(analyses)
+    key = AnalysesParams.of(analyses).trainer_entropy.metric_key
     empty = pd.DataFrame({"run": [], "step": [], "trainer_entropy": []})
     spec = parse_run_config(metrics_params, run).wandb_source
     if spec is None:
@@ -258,7 +236,7 @@ def _ref(options: Mapping[str, Any], run: str):
 def tabulate_trainer_entropy(
     summary_by_step: pd.DataFrame,
     generation: GenerationParams | dict[str, Any],
-    analyses: dict[str, Any],
+    analyses: AnalysesParams | dict[str, Any],
     *runs: pd.DataFrame,
 ) -> pd.DataFrame:
     """``trainer_entropy``: the trainer's logged entropy next to HED's, per (run, step).
@@ -273,7 +251,7 @@ def tabulate_trainer_entropy(
         :data:`hed.analysis.trainer_entropy.TRAINER_ENTROPY_COLUMNS`; a warning per step whose
         difference exceeds the tolerance.
     """
-    key, tolerance = _trainer_settings(analyses)
+    settings = AnalysesParams.of(analyses).trainer_entropy
     frames = [r for r in runs if len(r)]
     trainer = (
         pd.concat(frames, ignore_index=True)
@@ -285,7 +263,7 @@ def tabulate_trainer_entropy(
     return compare_trainer_entropy(
         trainer,
         summary_by_step,
-        metric_key=key,
+        metric_key=settings.metric_key,
         temperature=float(GenerationParams.of(generation).sampling.temperature),
-        tolerance=tolerance,
+        tolerance=settings.tolerance_nats,
     )

@@ -20,11 +20,12 @@ import pyarrow.dataset as ds
 from matplotlib.figure import Figure
 
 from hed.analysis.correctness import correctness_values, entropy_by_correctness
-from hed.analysis.covariance import TOP_TOKEN_COLUMNS, CovarianceSettings, step_covariance
+from hed.analysis.covariance import TOP_TOKEN_COLUMNS, step_covariance
+from hed.config.analysis_params import DynamicsParams
 from hed.config.layout import StudyLayout, run_roles
 from hed.config.params import AggregationParams, lexicon_param
-from hed.core.advantage import DEFAULT_EPSILON, ESTIMATORS, check_estimators, response_advantages
-from hed.errors import ConfigError, InputDataError
+from hed.core.advantage import response_advantages
+from hed.errors import InputDataError
 from hed.records.response_index import ResponseIndex
 from hed.report import dynamics_figures
 
@@ -34,25 +35,6 @@ logger = logging.getLogger(__name__)
 NO_GRADING = "no graded response (no prompt of the step has a reference answer)"
 #: Panel order of the figures, as in Figure 2.
 ROLE_ORDER = ("without_clip", "with_clip", "single")
-
-
-def dynamics_section(dynamics: Any) -> dict[str, Any]:
-    """``params:dynamics`` as a dict; ``None`` (an empty YAML section) = every default.
-
-    Raises:
-        ConfigError: not a mapping, or a bad ``estimators`` or ``epsilon``.
-    """
-    if dynamics is None:
-        return {}
-    if not isinstance(dynamics, Mapping):
-        raise ConfigError(
-            f"parameter `dynamics` must be a mapping (parameters_dynamics.yml), got {dynamics!r}"
-        )
-    check_estimators(dynamics.get("estimators", list(ESTIMATORS)))
-    epsilon = dynamics.get("epsilon", DEFAULT_EPSILON)
-    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or not epsilon > 0:
-        raise ConfigError(f"dynamics.epsilon must be a positive number, got {epsilon!r}")
-    return dict(dynamics)
 
 
 def _step_of(entropy_thresholds: pd.DataFrame) -> tuple[str, int, int]:
@@ -79,7 +61,7 @@ def tabulate_advantage_covariance(
     sequences: ds.Dataset,
     token_records: ds.Dataset,
     aggregation: AggregationParams | dict[str, Any],
-    dynamics: dict[str, Any],
+    dynamics: DynamicsParams | dict[str, Any],
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Advantages of the step's graded responses and Cov(log π, A) over their tokens.
 
@@ -88,8 +70,8 @@ def tabulate_advantage_covariance(
         sequences: ``<run>.step_<step>.sequences`` (prompt_index, sample_index, correct).
         token_records: ``<run>.step_<step>.token_records`` (merged).
         aggregation: ``params:aggregation`` (the lexicon's categories).
-        dynamics: ``params:dynamics`` (estimators, epsilon, kl_cov_ratio, clip_cov_band,
-            batch_records).
+        dynamics: ``params:dynamics`` (:class:`~hed.config.analysis_params.DynamicsParams`, or
+            its dict: estimators, epsilon, the covariance settings).
 
     Returns:
         (``advantage_covariance_by_step`` rows, one per estimator; the KL-Cov top tokens,
@@ -103,15 +85,12 @@ def tabulate_advantage_covariance(
         ConfigError: a bad ``dynamics`` or lexicon.
         InputDataError: records and responses do not match (named file).
     """
-    dynamics = dynamics_section(dynamics)
-    estimators = check_estimators(dynamics.get("estimators", list(ESTIMATORS)))
-    settings = CovarianceSettings.from_params(dynamics)
+    dynamics = DynamicsParams.of(dynamics)
+    estimators, settings = dynamics.estimators, dynamics.covariance
     categories = lexicon_param(aggregation).categories
     run, step, _ = _step_of(entropy_thresholds)
     sequences_frame = _responses(sequences)
-    graded = response_advantages(
-        sequences_frame, estimators, float(dynamics.get("epsilon", DEFAULT_EPSILON))
-    )
+    graded = response_advantages(sequences_frame, estimators, dynamics.epsilon)
     head = {"run": run, "step": step}
     counts = {
         "n_responses": len(graded),
@@ -188,7 +167,7 @@ def tabulate_entropy_by_correctness(
     entropy_thresholds: pd.DataFrame,
     sequences: ds.Dataset,
     token_records: ds.Dataset,
-    dynamics: dict[str, Any],
+    dynamics: DynamicsParams | dict[str, Any],
 ) -> pd.DataFrame:
     """Entropy statistics of the step's correct and of its incorrect responses.
 
@@ -196,7 +175,7 @@ def tabulate_entropy_by_correctness(
         entropy_thresholds: ``<run>.step_<step>.entropy_thresholds`` (run, step, n_tokens).
         sequences: ``<run>.step_<step>.sequences``.
         token_records: ``<run>.step_<step>.token_records`` (merged).
-        dynamics: ``params:dynamics`` (batch_records).
+        dynamics: ``params:dynamics`` (``covariance.batch_records``).
 
     Returns:
         ``entropy_by_correctness`` rows: run, step, correct (True, then False), skipped,
@@ -209,7 +188,7 @@ def tabulate_entropy_by_correctness(
         InputDataError: the records count another N than ``entropy_thresholds`` (a file of
             another aggregation), or records and responses do not match.
     """
-    settings = CovarianceSettings.from_params(dynamics_section(dynamics))
+    settings = DynamicsParams.of(dynamics).covariance
     run, step, n_step = _step_of(entropy_thresholds)
     frame = _responses(sequences)
     correct = correctness_values(frame)
@@ -292,25 +271,15 @@ def panel_runs(runs: StudyLayout | Mapping[str, Any]) -> list[tuple[str, str]]:
     return sorted(pairs, key=lambda pair: rank.get(pair[1], len(ROLE_ORDER)))
 
 
-def _figure_style(dynamics: dict[str, Any]) -> tuple[tuple[float, float], int]:
-    style = dynamics_section(dynamics).get("figures") or {}
-    if not isinstance(style, Mapping):
-        raise ConfigError(f"dynamics.figures must be a mapping, got {style!r}")
-    size = style.get("panel_size", dynamics_figures.PANEL_SIZE)
-    dpi = style.get("dpi", 200)
-    if (
-        not isinstance(size, list | tuple)
-        or len(size) != 2
-        or not all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in size)
-    ):
-        raise ConfigError(f"dynamics.figures.panel_size must be [width, height], got {size!r}")
-    if isinstance(dpi, bool) or not isinstance(dpi, int) or dpi < 10:
-        raise ConfigError(f"dynamics.figures.dpi must be an integer ≥ 10, got {dpi!r}")
-    return (float(size[0]), float(size[1])), dpi
+def _figure_style(dynamics: DynamicsParams | dict[str, Any]) -> tuple[tuple[float, float], int]:
+    figures = DynamicsParams.of(dynamics).figures
+    return figures.panel_size, figures.dpi
 
 
 def plot_advantage_covariance(
-    advantage_covariance_by_step: pd.DataFrame, runs: dict[str, Any], dynamics: dict[str, Any]
+    advantage_covariance_by_step: pd.DataFrame,
+    runs: StudyLayout | dict[str, Any],
+    dynamics: DynamicsParams | dict[str, Any],
 ) -> Figure:
     """Mean Cov(log π, A) and the zero-advantage share over steps, one column per run.
 
@@ -324,7 +293,9 @@ def plot_advantage_covariance(
 
 
 def plot_entropy_by_correctness(
-    entropy_by_correctness: pd.DataFrame, runs: dict[str, Any], dynamics: dict[str, Any]
+    entropy_by_correctness: pd.DataFrame,
+    runs: StudyLayout | dict[str, Any],
+    dynamics: DynamicsParams | dict[str, Any],
 ) -> Figure:
     """Mean entropy and anthropomorphic tokens per 1k, correct vs incorrect, per run."""
     size, dpi = _figure_style(dynamics)

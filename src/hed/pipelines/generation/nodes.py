@@ -11,13 +11,8 @@ import pandas as pd
 import pyarrow as pa
 
 from hed.config.layout import StudyLayout
-from hed.config.params import (
-    GenerationParams,
-    default,
-    integer,
-    lexicon_param,
-    sampling_params,
-)
+from hed.config.params import GenerationParams, lexicon_param, sampling_params
+from hed.config.prompt_params import PromptsParams
 from hed.core.grading import grade_response, normalise_reference, reference_parses
 from hed.decode.checkpoints import (
     check_same_vocabulary,
@@ -45,13 +40,16 @@ from hed.records.shard_metadata import GENERATION_METADATA_KEY, generation_metad
 logger = logging.getLogger(__name__)
 
 
-def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
+def build_prompt_set(
+    raw_prompts: pd.DataFrame, params: PromptsParams | dict[str, Any]
+) -> pd.DataFrame:
     """Sample the prompt set from a prompt file.
 
     Args:
         raw_prompts: rows of the prompt file (``raw_prompts``), with a ``source_file`` column.
-        params: ``params:prompts`` (``prompt_columns``, ``answer_column``, ``num_prompts``,
-            ``seed``, ``instruction_suffix``). A prompt column of chat messages (verl's
+        params: ``params:prompts`` (:class:`~hed.config.prompt_params.PromptsParams`, or its
+            dict: ``prompt_columns``, ``answer_column``, ``num_prompts``, ``seed``,
+            ``instruction_suffix``, ``duplicates``). A prompt column of chat messages (verl's
             ``prompt``) gives its last user message (:func:`hed.decode.prompts.chat_user_text`);
             ``answer_column`` may name a struct field, ``reward_model.ground_truth``.
 
@@ -62,30 +60,20 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
 
     Raises:
         InputDataError: no prompt column, or a prompt that is empty.
-        ConfigError: ``num_prompts`` larger than the file; ``prompt_columns`` missing or not a
-            list of names (a single name is accepted); ``seed`` not an integer.
+        ConfigError: ``num_prompts`` larger than the file; a bad value of the section
+            (:func:`hed.config.prompt_params.prompts_params`).
     """
+    params = PromptsParams.of(params)
     source = str(raw_prompts["source_file"].iloc[0])
-    columns = params.get("prompt_columns")
-    if isinstance(columns, str):
-        columns = [columns]  # `prompt_columns: problem` means one column, not its letters
-    if not isinstance(columns, list | tuple) or not columns:
-        raise ConfigError(
-            f"prompts.prompt_columns must be a list of column names (e.g. [problem, question]), "
-            f"got {columns!r}"
-        )
-    seed = integer(params.get("seed", default("prompts", "seed")), "prompts.seed")
-    column = pick_prompt_column(raw_prompts, list(columns), source)
+    column = pick_prompt_column(raw_prompts, list(params.prompt_columns), source)
     # verl's parquet: `prompt` is a list of chat messages; the user message is the prompt
     raw_prompts = raw_prompts.assign(**{column: raw_prompts[column].map(chat_user_text)})
-    suffix = params.get("instruction_suffix") or ""
+    suffix = params.instruction_suffix
     all_texts = raw_prompts[column].astype("string")
     ids = [None if pd.isna(t) or not str(t).strip() else prompt_id(str(t) + suffix)
            for t in all_texts]  # fmt: skip
-    kept = unique_prompt_rows(
-        ids, params.get("duplicates", default("prompts", "duplicates")), source, raw_prompts
-    )
-    rows = kept[sample_rows(len(kept), params.get("num_prompts"), seed, source)]
+    kept = unique_prompt_rows(ids, params.duplicates, source, raw_prompts)
+    rows = kept[sample_rows(len(kept), params.num_prompts, params.seed, source)]
     chosen = raw_prompts.iloc[rows]
     texts = chosen[column].astype("string")
     empty = texts.isna() | (texts.str.strip() == "")
@@ -95,7 +83,7 @@ def build_prompt_set(raw_prompts: pd.DataFrame, params: dict[str, Any]) -> pd.Da
             f"prompt file {source}: column {column!r} is empty on {line_of(raw_prompts, first)}"
         )
     prompts = [str(text) + suffix for text in texts]
-    answer_column = params.get("answer_column")
+    answer_column = params.answer_column
     references = column_values(chosen, answer_column) if answer_column else None
     if references is not None:  # a column, or verl's `reward_model.ground_truth`
         answers = [normalise_reference(a) for a in references.tolist()]
@@ -175,7 +163,7 @@ def resolve_checkpoints(
 def generate_shard(  # noqa: PLR0917 - Kedro passes the inputs by name
     prompts: pd.DataFrame,
     checkpoints: dict[str, Any],
-    prompt_params: dict[str, Any],
+    prompt_params: PromptsParams | dict[str, Any],
     params: GenerationParams | dict[str, Any],
     parts: Any = None,
     aggregation: Any = None,
@@ -201,7 +189,8 @@ def generate_shard(  # noqa: PLR0917 - Kedro passes the inputs by name
     Args:
         prompts: ``prompts``.
         checkpoints: ``checkpoints`` (from :func:`resolve_checkpoints`).
-        prompt_params: ``params:prompts`` (chat template settings).
+        prompt_params: ``params:prompts`` (:class:`~hed.config.prompt_params.PromptsParams`
+            or its dict: the rendering settings).
         params: ``params:generation``, parsed by the pre-run check
             (:class:`hed.config.params.GenerationParams`; a plain dict is parsed here).
         parts: ``<run>.step_<step>.shard_<k>.partial`` (a
@@ -227,19 +216,19 @@ def generate_shard(  # noqa: PLR0917 - Kedro passes the inputs by name
     from hed.decode.backend import generate_shard_sequences
     from hed.decode.factory import open_backend
 
-    generation = GenerationParams.of(params)
+    generation, rendering = GenerationParams.of(params), PromptsParams.of(prompt_params).rendering
     lexicon = None if aggregation is None else lexicon_param(aggregation)
     entry = checkpoint_entry(checkpoints, run, step)
     mine = prompts[prompts["prompt_index"] % generation.num_shards == shard]
     # fmt: off
     with open_backend(generation.backend, entry["model_dir"], dtype=generation.dtype,
                       torch_threads=generation.torch_threads, vllm=generation.vllm) as backend:
-        inputs = prompt_inputs(mine, backend, prompt_params, generation.max_new_tokens)
+        inputs = prompt_inputs(mine, backend, rendering, generation.max_new_tokens)
         if lexicon is not None:
             backend.record_word_mass(lexicon)
         metadata = generation_metadata(
             run, step, shard, generation=generation, backend=backend, checkpoint=entry,
-            prompt_ids=mine["prompt_id"], prompt_params=prompt_params, lexicon=lexicon,
+            prompt_ids=mine["prompt_id"], prompt_params=rendering.as_params(), lexicon=lexicon,
         )
         sequences = generate_shard_sequences(
             backend, inputs, generation, parts=parts, binding=metadata,

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from hed.config.mini_rl import MiniRLParams, TaskParams
+from hed.config.prompt_params import PromptsParams
 from hed.mini_rl.config import training_specs
 from hed.mini_rl.tasks import make_task_sets
 
@@ -42,7 +43,7 @@ def train_policy(
     *,
     runs: dict[str, Any],
     mini_rl: MiniRLParams | dict[str, Any],
-    prompt_params: dict[str, Any],
+    prompt_params: PromptsParams | dict[str, Any],
     previous_run: dict[str, Any] | None = None,
     run: str,
 ) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -22,55 +22,32 @@ import pyarrow.dataset as ds
 from matplotlib.figure import Figure
 
 from hed.analysis.delta_logprob import DELTA_COLUMNS, TOP_COLUMNS, delta_by_subset, top_words
-from hed.analysis.mismatch import VERL_RATIO_BOUNDS, step_mismatch
+from hed.analysis.mismatch import step_mismatch
 from hed.analysis.rescoring import (
     RESCORING_METADATA_KEY,
     read_rescored,
     rescoring_section,
     shard_dtype,
 )
-from hed.errors import ConfigError, InputDataError
+from hed.config.analysis_params import AnalysesParams
+from hed.config.prompt_params import PromptsParams
+from hed.errors import InputDataError
 from hed.records.schema import RECORD_KEY
 from hed.report import analysis_figures
 
 from .nodes import rescore_shard
 
-DTYPES = ("float32", "bfloat16", "float16")
 _RECORD_COLUMNS = [*RECORD_KEY, "token_id", "logprob", "is_special", "is_high_entropy"]
-
-
-def mismatch_settings(analyses: Any) -> tuple[str, tuple[float, float]]:
-    """(dtype, (lo, hi)) of ``params:analyses.mismatch`` (defaults: bfloat16, verl's bounds).
-
-    Raises:
-        ConfigError: an unknown dtype, or bounds that are not 0 < lo < hi.
-    """
-    section = ((analyses or {}) if isinstance(analyses, Mapping) else {}).get("mismatch") or {}
-    dtype = section.get("dtype", "bfloat16")
-    if dtype not in DTYPES:
-        raise ConfigError(
-            f"analyses.mismatch.dtype: {dtype!r} is not one of {', '.join(DTYPES)} "
-            "(bfloat16: the trainer's; float32: the exact reference)"
-        )
-    bounds = section.get("ratio_bounds", list(VERL_RATIO_BOUNDS))
-    ok = isinstance(bounds, list | tuple) and len(bounds) == 2
-    ok = ok and all(isinstance(b, int | float) and not isinstance(b, bool) for b in bounds)
-    if not ok or not 0 < bounds[0] < bounds[1]:
-        raise ConfigError(
-            f"analyses.mismatch.ratio_bounds must be [lo, hi] with 0 < lo < hi (verl: [0.5, 2.0]), "
-            f"got {bounds!r}"
-        )
-    return str(dtype), (float(bounds[0]), float(bounds[1]))
 
 
 def rescore_trainer_shard(
     own_responses: ds.Dataset,
     checkpoints: dict[str, Any],
-    prompt_params: dict[str, Any],
+    prompt_params: PromptsParams | dict[str, Any],
     rescoring: dict[str, Any],
     generation: dict[str, Any],
     *,
-    analyses: dict[str, Any],
+    analyses: AnalysesParams | dict[str, Any],
     run: str,
     step: int,
     shard: int,
@@ -87,7 +64,7 @@ def rescore_trainer_shard(
     Returns:
         A ``RESCORED_RECORD_SCHEMA`` table (see ``rescore_shard``), scored in that dtype.
     """
-    dtype, _ = mismatch_settings(analyses)
+    dtype = AnalysesParams.of(analyses).mismatch.dtype
     return rescore_shard(
         own_responses,
         checkpoints,
@@ -123,7 +100,11 @@ def _same_tokens(records: dict, rescored: dict, where: str) -> None:
 
 
 def tabulate_sampler_trainer_mismatch(
-    analyses: dict[str, Any], token_records: ds.Dataset, *rescored: ds.Dataset, run: str, step: int
+    analyses: AnalysesParams | dict[str, Any],
+    token_records: ds.Dataset,
+    *rescored: ds.Dataset,
+    run: str,
+    step: int,
 ) -> pd.DataFrame:
     """``<run>.step_<step>.sampler_trainer_mismatch``: Δlog p, k3 KL and ratio bounds per subset.
 
@@ -140,7 +121,7 @@ def tabulate_sampler_trainer_mismatch(
     Raises:
         InputDataError: the re-score holds other positions or tokens than the records.
     """
-    _, bounds = mismatch_settings(analyses)
+    bounds = AnalysesParams.of(analyses).mismatch.ratio_bounds
     records = _merged(token_records, [*_RECORD_COLUMNS, "category"])
     scores = read_rescored(list(rescored), ["token_id", "logprob"])
     _same_tokens(records, scores, f"{run}.step_{step}")
@@ -165,9 +146,11 @@ def combine_tables(*tables: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else tables[0]
 
 
-def plot_sampler_trainer_mismatch_png(table: pd.DataFrame, analyses: dict[str, Any]) -> Figure:
+def plot_sampler_trainer_mismatch_png(
+    table: pd.DataFrame, analyses: AnalysesParams | dict[str, Any]
+) -> Figure:
     """k3 KL and the share of ratios outside the bounds over steps, one line per subset."""
-    dpi = int((analyses or {}).get("dpi", 200))
+    dpi = AnalysesParams.of(analyses).dpi
     return analysis_figures.plot_subsets_over_steps(
         table,
         ("kl_k3", "ratio_outside_share"),
@@ -178,7 +161,7 @@ def plot_sampler_trainer_mismatch_png(table: pd.DataFrame, analyses: dict[str, A
 
 
 def tabulate_delta_logprob(
-    analyses: dict[str, Any],
+    analyses: AnalysesParams | dict[str, Any],
     *datasets: ds.Dataset,
     run: str,
     steps: Sequence[int],
@@ -202,7 +185,7 @@ def tabulate_delta_logprob(
     Raises:
         InputDataError: steps hold different positions or tokens.
     """
-    section = (analyses or {}).get("delta_logprob") or {}
+    settings = AnalysesParams.of(analyses).delta_logprob
     records = None
     shards = list(datasets)
     if with_records:
@@ -232,8 +215,8 @@ def tabulate_delta_logprob(
                 run=run,
                 step=steps[-1],
                 base=steps[0],
-                top_n=int(section.get("top_n", 20)),
-                min_count=int(section.get("min_count", 2)),
+                top_n=settings.top_n,
+                min_count=settings.min_count,
             )
         )
     by_step = pd.concat(rows, ignore_index=True).reindex(columns=DELTA_COLUMNS)
@@ -241,9 +224,11 @@ def tabulate_delta_logprob(
     return by_step, top
 
 
-def plot_delta_logprob_png(table: pd.DataFrame, analyses: dict[str, Any]) -> Figure:
+def plot_delta_logprob_png(
+    table: pd.DataFrame, analyses: AnalysesParams | dict[str, Any]
+) -> Figure:
     """Mean Δlog p from the base over steps, one line per subset, and its p10–p90 band."""
-    dpi = int((analyses or {}).get("dpi", 200))
+    dpi = AnalysesParams.of(analyses).dpi
     return analysis_figures.plot_subsets_over_steps(
         table,
         ("mean", "mean_abs"),

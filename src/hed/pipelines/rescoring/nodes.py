@@ -36,6 +36,7 @@ from hed.analysis.rescoring import (
     shard_rows,
 )
 from hed.config.params import AggregationParams, GenerationParams, top_entropy_frac_param
+from hed.config.prompt_params import PromptsParams
 from hed.decode.teacher_forced import compare_scores
 from hed.errors import ConfigError, InputDataError
 from hed.records.schema import RECORD_KEY, REFERENCE_RESPONSE_SCHEMA
@@ -198,7 +199,7 @@ def select_user_responses(user_responses: pd.DataFrame) -> pa.Table:
 def rescore_shard(
     reference_responses: ds.Dataset,
     checkpoints: dict[str, Any],
-    prompt_params: dict[str, Any],
+    prompt_params: PromptsParams | dict[str, Any],
     rescoring: dict[str, Any],
     generation: dict[str, Any],
     *,
@@ -218,7 +219,7 @@ def rescore_shard(
     Args:
         reference_responses: ``<run>.reference_responses``.
         checkpoints: ``checkpoints``.
-        prompt_params: ``params:prompts``.
+        prompt_params: ``params:prompts`` (its rendering settings; parsed or its dict).
         rescoring: ``params:rescoring`` (dtype, batch_size, chunk_positions, temperature,
             top_prob_k, torch_threads).
         generation: ``params:generation`` (temperature and top_prob_k when ``rescoring``
@@ -239,7 +240,7 @@ def rescore_shard(
     from hed.decode.prompts import render_prompt
     from hed.decode.teacher_forced import score_responses
 
-    params = rescoring_section(rescoring)
+    params, rendering = rescoring_section(rescoring), PromptsParams.of(prompt_params).rendering
     entry = checkpoints.get(run, {}).get("steps", {}).get(str(step))
     if entry is None:
         raise ConfigError(
@@ -254,7 +255,7 @@ def rescore_shard(
         table = reference_responses.to_table()
         mine = shard_rows(table, shard, num_shards)
         items, special = items_to_score(
-            mine, backend.tokenizer, prompt_params, backend.special_ids, render_prompt
+            mine, backend.tokenizer, rendering, backend.special_ids, render_prompt
         )
         scored = list(
             score_responses(

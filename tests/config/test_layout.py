@@ -116,3 +116,58 @@ def test_session_config_builds_pipelines_from_given_params_and_restores():
         names = [n.name for n in create_pipeline().nodes if n.name.endswith("generate_shard")]
     assert len(names) == 4
     assert layout.active_session() is before
+
+
+def test_params_runs_is_parsed_once_and_handed_to_the_nodes_as_the_layout(tmp_path):
+    from kedro.io import DataCatalog, MemoryDataset
+    from kedro.pipeline import Node, Pipeline
+
+    from hed.config.layout import StudyLayout, configured_steps, run_roles
+    from hed.config.preflight import hand_to_nodes, parsed_sections
+    from hed.config.sections import RUN_DEFAULTS, SECTIONS
+
+    (tmp_path / "global_step_5" / "actor_hf").mkdir(parents=True)
+    (tmp_path / "global_step_5" / "actor_hf" / "config.json").write_text("{}")
+    raw = {
+        "a": {"role": "with_clip", "checkpoint_root": "/ck/a", "steps": [20, 0]},
+        "b": {"checkpoint_root": str(tmp_path)},  # role single, steps all (found on disk)
+    }
+    pipeline = Pipeline([Node(lambda r: 1, "params:runs", "out", name="reads_runs")])
+    catalog = DataCatalog(
+        {"params:runs": MemoryDataset(raw), "params:generation": MemoryDataset({"num_shards": 2})}
+    )
+    assert hand_to_nodes(catalog, parsed_sections(pipeline, catalog)) == ["params:runs"]
+    handed = catalog.load("params:runs")
+    assert isinstance(handed, StudyLayout) and StudyLayout.of(handed) is handed
+    assert handed == StudyLayout.of(raw, {"num_shards": 2}) and handed.num_shards == 2
+    assert handed.run("b").steps == (5,) and handed.run("b").steps_found is True
+    # the node helpers read the same from the parsed layout and the raw dict
+    assert run_roles(handed) == run_roles(raw) == {"a": "with_clip", "b": "single"}
+    for run in ("a", "b", "nope"):
+        assert configured_steps(handed, run) == configured_steps(raw, run)
+    assert configured_steps(handed, "a") == (0, 20) and configured_steps(handed, "b") == ()
+    # the defaults of a run's keys: one table, which the unknown-key schema reads
+    assert RUN_DEFAULTS == {"role": "single", "steps": "all", "embedded": False}
+    assert SECTIONS["runs.<run>"] == {"checkpoint_root": ..., **RUN_DEFAULTS}
+
+
+@pytest.mark.parametrize(
+    ("runs", "message"),
+    [
+        (
+            {"a": {"checkpoint_root": "x", "role": "clip"}},
+            "runs.a.role is 'clip': use one of with_clip, without_clip, single",
+        ),
+        (
+            {"a": {"checkpoint_root": "x", "steps": [1, 1]}},
+            "runs.a.steps lists a step twice: [1, 1]",
+        ),
+        ({"a": {"steps": [1]}}, "runs.a.checkpoint_root is missing"),
+    ],
+)
+def test_a_bad_run_is_refused_in_one_line(runs, message):
+    from hed.config.layout import StudyLayout
+
+    with pytest.raises(ConfigError) as caught:
+        StudyLayout.of(runs)
+    assert str(caught.value) == message

@@ -88,3 +88,52 @@ def test_an_hf_data_root_is_refused_pointing_to_publish(tmp_path):
     assert "\n" not in message
     assert message.startswith("globals.data_root hf://datasets/me/study: a data root on the Hub")
     assert "kedro run --pipelines publish" in message and "publish.hub" in message
+
+
+def test_the_defaults_live_in_the_dataclasses_and_the_schema_reads_them():
+    from hed.config.publish import PublishParams
+
+    parsed = publish_params(None)
+    assert parsed == PublishParams() == publish_params({})
+    assert (parsed.env_name, parsed.git_lfs, parsed.include_records) == (None, True, True)
+    assert parsed.wandb == WandbPublishParams(enabled=False, project=None, tags=())
+    assert parsed.hub == HubPublishParams(enabled=False, private=True, create_repo=True)
+    assert SECTIONS["publish"] == {
+        "env_name": None, "git_lfs": True, "include_records": True, "wandb": {}, "hub": {}
+    }  # fmt: skip
+    assert SECTIONS["publish.wandb"]["tags"] == [] and SECTIONS["publish.hub"]["private"] is True
+    assert PublishParams.of(parsed) is parsed
+    assert PublishParams.of({"git_lfs": False}) == PublishParams(git_lfs=False)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"git_lfs": "no"}, "publish.git_lfs must be true or false (unquoted), got 'no'"),
+        (
+            {"hub": {"repo_id": "no-owner"}},
+            "publish.hub.repo_id 'no-owner' is not a Hub repo id: write <owner>/<name>",
+        ),
+        (
+            {"wandb": {"mode": "sync"}},
+            "publish.wandb.mode must be online, offline or null, got 'sync'",
+        ),
+    ],
+)
+def test_a_bad_value_is_refused_in_one_line(raw, message):
+    with pytest.raises(ConfigError) as caught:
+        publish_params(raw)
+    assert str(caught.value) == message
+
+
+def test_the_pre_run_check_hands_publish_params_to_the_nodes():
+    from kedro.io import DataCatalog, MemoryDataset
+
+    from hed.config.preflight import hand_to_nodes, parsed_sections
+    from hed.config.publish import PublishParams
+
+    pipeline = create_pipeline(params={"publish": {}})
+    catalog = DataCatalog({"params:publish": MemoryDataset({"git_lfs": False})})
+    parsed = parsed_sections(pipeline, catalog)
+    assert hand_to_nodes(catalog, parsed) == ["params:publish"]
+    assert catalog.load("params:publish") == PublishParams(git_lfs=False)

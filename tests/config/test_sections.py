@@ -98,14 +98,30 @@ def test_the_pre_run_check_hands_parsed_sections_to_the_nodes():
     assert rescoring.batch_size == 4
 
 
-def test_the_staleness_check_compares_with_the_sampling_defaults():
-    """records/ cannot import decode/, so the shard comparison keeps its own copy of the
-    sampling defaults (records.shard_metadata.SAMPLING_DEFAULTS): it must equal the one place."""
+def test_the_sampling_defaults_have_one_source():
+    """records/ cannot import decode/, so SamplingParams reads its defaults from the records'
+    table (records.shard_metadata.SAMPLING_DEFAULTS): no default literal is written twice."""
+    import ast
+    import inspect
+
+    from hed.decode import types
     from hed.records.shard_metadata import SAMPLING_DEFAULTS
 
+    body = ast.parse(inspect.getsource(types.SamplingParams)).body[0].body
+    written = {
+        stmt.target.id: ast.unparse(stmt.value)
+        for stmt in body
+        if isinstance(stmt, ast.AnnAssign) and stmt.value is not None
+    }
+    compared = [k for k in SAMPLING_DEFAULTS if k != "max_new_tokens"]
+    assert {k: written[k] for k in compared} == {
+        k: f"SAMPLING_DEFAULTS[{k!r}]" for k in compared
+    }
+    assert "max_new_tokens" not in written  # required: no default anywhere in code
     fields = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
-    expected = {**{k: fields[k] for k in SAMPLING_DEFAULTS}, "max_new_tokens": None}
-    assert SAMPLING_DEFAULTS == expected
+    assert {k: fields[k] for k in compared} == {
+        "temperature": 1.0, "top_p": 1.0, "top_k": None, "seed": 0, "top_prob_k": 5
+    }
 
 
 def test_reporting_is_handed_parsed_with_the_figure_style_defaults_filled_in():

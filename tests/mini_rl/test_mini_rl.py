@@ -178,6 +178,34 @@ def test_training_specs_reject_bad_parameters(mini_rl, runs, message):
         training_specs(mini_rl, runs)
 
 
+def test_training_specs_are_the_same_from_the_parsed_section_and_the_raw_dict():
+    from hed.config.layout import RunSpec, StudyLayout
+    from hed.config.mini_rl import mini_rl_params
+
+    raw = _mini_rl()
+    parsed = mini_rl_params(raw)
+    prompts = {"instruction_suffix": "!"}
+    from_raw = training_specs(raw, RUNS, prompts)
+    from_parsed = training_specs(parsed, RUNS, prompts)
+    assert from_raw == from_parsed
+    assert [s.fingerprint("d", "m") for s in from_raw] == [
+        s.fingerprint("d", "m") for s in from_parsed
+    ]
+    assert from_parsed[0].task == {"num_train": 8, "num_validation": 4, "seed": 0}  # as written
+    # params:runs as the pre-run check hands it (a StudyLayout): the same specifications
+    layout = StudyLayout(
+        runs=(
+            RunSpec("a", "single", "ck/a", (0, 8, 24)),
+            RunSpec("b", "single", "ck/b", (0, 8, 16, 24), steps_found=True),
+        ),
+        num_shards=1,
+    )
+    assert training_specs(parsed, layout, prompts) == from_raw
+    assert (from_parsed[0].validation_max_new_tokens, from_parsed[0].wandb_project) == (
+        32, "hed-mini-rl"
+    )  # fmt: skip
+
+
 def test_fingerprint_follows_what_shapes_the_weights_only():
     a = training_specs(_mini_rl(), RUNS)[0]
     moved = training_specs(

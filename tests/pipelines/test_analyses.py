@@ -197,6 +197,10 @@ def test_the_comparison_takes_the_mismatch_measures_only():
     )
     pass1 = pd.DataFrame({"run": ["a"], "step": [0], "pass1": [0.5]})
     out = build_runs_comparison(summary, pass1, pd.DataFrame(), {}, {"a": {}}, mismatch=mismatch)
+    # params:runs as the pre-run check hands it: the same table (reference = the first run)
+    layout = StudyLayout(runs=(RunSpec("a", "single", "x", (0,)),), num_shards=1)
+    typed = build_runs_comparison(summary, pass1, pd.DataFrame(), {}, layout, mismatch=mismatch)
+    pd.testing.assert_frame_equal(typed, out)
     assert out["mismatch_kl_k3"].tolist() == [0.002]
     assert "mismatch_ratio_low" not in out and "mismatch_n_tokens" not in out
     assert out["anthropomorphic_per_1k_tokens"].tolist() == [100.0]

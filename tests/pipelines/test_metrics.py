@@ -268,3 +268,27 @@ def test_hook_reads_conf_local_credentials_for_another_env(monkeypatch, tmp_path
     ProjectHooks().after_context_created(_Context(None, env="qae_repro", project_path=tmp_path))
 
     assert os.environ["WANDB_API_KEY"] == "from-local"
+
+
+def test_the_nodes_give_the_same_tables_from_the_parsed_section_and_the_raw_dict(
+    tmp_path, monkeypatch
+):
+    from hed.pass1.config import MetricsParams, metrics_params
+
+    params = _params(
+        {
+            "dapo_with_clip": {"sources": WANDB_SOURCE},
+            "smollm2_demo": {"sources": {"generated": {}}},
+        }
+    )
+    raw = _run(params, tmp_path / "raw", monkeypatch)
+    parsed = metrics_params(params["metrics"])
+    assert isinstance(parsed, MetricsParams) and MetricsParams.of(parsed) is parsed
+    typed = _run(
+        params, tmp_path / "typed", monkeypatch, **{"params:metrics": MemoryDataset(parsed)}
+    )
+    for name in ("pass1", "pass1_for_figures"):
+        assert (tmp_path / "raw" / f"{name}.csv").read_bytes() == (
+            tmp_path / "typed" / f"{name}.csv"
+        ).read_bytes()
+    assert len(typed.load("pass1")) == len(raw.load("pass1")) == 4

@@ -202,6 +202,11 @@ def test_generation_nodes_accept_the_checkpoints_and_the_prompt_file(trained):
 
 
 def test_second_run_reuses_checkpoints_and_wandb_runs(trained):
+    """The second run gets the sections as the pre-run check hands them (parsed, typed): the
+    runs are reused, so the typed sections give the training fingerprint of the raw dicts."""
+    from hed.config.mini_rl import MiniRLParams, TaskParams
+    from hed.config.preflight import hand_to_nodes, parsed_sections
+
     tmp_path, params, first = trained
     stamps = {
         run: Path(first["runs"][run]["checkpoints"]["2"]["model_dir"])
@@ -211,7 +216,11 @@ def test_second_run_reuses_checkpoints_and_wandb_runs(trained):
         for run in RUNS
     }
     catalog = _catalog(tmp_path, params)
-    SequentialRunner().run(create_pipeline(params), catalog)
+    pipeline = create_pipeline(params)
+    assert "params:mini_rl" in hand_to_nodes(catalog, parsed_sections(pipeline, catalog))
+    assert isinstance(catalog.load("params:mini_rl"), MiniRLParams)
+    assert isinstance(catalog.load("params:mini_rl.task"), TaskParams)
+    SequentialRunner().run(pipeline, catalog)
     second = catalog.load(TRAINING_MANIFEST)
 
     for run in RUNS:
@@ -229,6 +238,20 @@ def test_second_run_reuses_checkpoints_and_wandb_runs(trained):
         )
         == 1
     )
+
+
+def test_the_task_set_node_gives_the_same_sets_from_the_parsed_section_and_the_raw_dict():
+    from hed.config.mini_rl import task_params
+    from hed.mini_rl.tasks import KINDS
+    from hed.pipelines.mini_rl.nodes import generate_task_sets
+
+    raw = {"num_train": 6, "num_validation": 3, "seed": 4, "kinds": ["add", "word"]}
+    from_raw, from_parsed = generate_task_sets(raw), generate_task_sets(task_params(raw))
+    for name in ("train", "validation"):
+        pd.testing.assert_frame_equal(from_raw[name], from_parsed[name])
+    assert len(from_parsed["train"]) == 6 and set(from_parsed["train"]["kind"]) <= {"add", "word"}
+    every_kind = generate_task_sets({"num_train": 40, "num_validation": 1})["train"]
+    assert set(every_kind["kind"]) == set(KINDS)  # no kinds: every kind
 
 
 def test_task_set_files_load_as_prompt_files(trained):

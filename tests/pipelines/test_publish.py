@@ -144,6 +144,26 @@ def test_publish_without_recorded_paths_asks_for_the_hooks():
         plan_publication(resolved, {"env": None}, {"env_name": None})
 
 
+def test_the_nodes_give_the_same_output_from_the_parsed_section_and_the_raw_dict():
+    from hed.config.publish import publish_params
+    from hed.pipelines.publish.nodes import commit_study_to_hub, log_study_to_wandb
+
+    resolved = {
+        "env": "study",
+        "run_id": "r1",
+        "artifacts": {"x": {"filepath": "a/x.csv", "path": "a/x.csv", "version": "v"}},
+    }
+    raw = {"env_name": "v2", "git_lfs": False, "wandb": {"enabled": True, "project": "p"}}
+    typed = publish_params(raw)
+    plan = plan_publication(resolved, {"env": "study"}, raw)
+    assert plan == plan_publication(resolved, {"env": "study"}, typed)
+    assert (plan["env"], plan["git_lfs"]) == ("v2", False)
+    bundle = object()
+    assert log_study_to_wandb(bundle, raw) == log_study_to_wandb(bundle, typed)
+    assert log_study_to_wandb(bundle, typed)["settings"].project == "p"
+    assert commit_study_to_hub(bundle, raw) == commit_study_to_hub(bundle, typed)
+
+
 def test_publish_rejects_a_bad_folder_name():
     resolved = {
         "env": None,

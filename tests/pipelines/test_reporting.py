@@ -785,3 +785,16 @@ def test_shipped_reporting_parameters_say_count():
     for env in ("base", "qae_repro", "mini_dapo"):
         params = yaml.safe_load((REPO / f"conf/{env}/parameters_reporting.yml").read_text())
         assert params["reporting"]["fig2_measure"] == "count"
+
+
+def test_the_plan_is_the_same_from_the_parsed_runs_and_the_raw_dict(records):
+    """``params:runs`` as the pre-run check hands it (a StudyLayout) plans the same figures."""
+    from hed.config.layout import StudyLayout
+
+    parsed = StudyLayout.of(RUNS)
+    pass1 = pass1_for_figures(RUNS)
+    assert plan(records, runs=parsed, pass1=pass1) == plan(records, runs=RUNS, pass1=pass1)
+    assert plan(records, runs=parsed, pass1=pass1)["panels"] == [
+        ["dapo_without_clip", "without_clip"], ["dapo_with_clip", "with_clip"]
+    ]  # fmt: skip
+    assert figure2_dataset(parsed) == figure2_dataset(RUNS) == "figure2_paper_reproduction"

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hed.config.params import GenerationParams
+from hed.config.params import GenerationParams, default
+from hed.config.sections import RUN_DEFAULTS
 from hed.core.validators import is_integer, positive_int
 from hed.decode.checkpoints import discover_steps
 from hed.errors import CheckpointError, ConfigError
@@ -57,13 +58,21 @@ class RunSpec:
         checkpoint_root: folder holding ``global_step_<N>`` folders.
         steps: selected steps, ascending.
         embedded: materialise the embedded SmolLM2 into ``checkpoint_root`` when missing.
+        steps_found: ``steps: all``: the steps were found on disk when the layout was read,
+            not listed in the parameters.
     """
 
     name: str
     role: str
     checkpoint_root: str
     steps: tuple[int, ...]
-    embedded: bool = False
+    embedded: bool = RUN_DEFAULTS["embedded"]
+    steps_found: bool = False
+
+    @property
+    def configured_steps(self) -> tuple[int, ...]:
+        """The steps the parameters list (none for ``steps: all``: known only on disk)."""
+        return () if self.steps_found else self.steps
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,45 @@ class StudyLayout:
     def run_steps(self) -> list[tuple[RunSpec, int]]:
         """Every (run, step) pair in (run, step) order."""
         return [(run, step) for run in self.runs for step in run.steps]
+
+    def roles(self) -> dict[str, str]:
+        """``{run: role}`` in configuration order."""
+        return {run.name: run.role for run in self.runs}
+
+    @classmethod
+    def of(cls, runs: Any, generation: Any = None) -> StudyLayout:
+        """``runs`` if already parsed (``params:runs`` as the pre-run check hands it), else the
+        layout of the raw ``runs`` mapping (:func:`layout_from_params`; ``generation`` for
+        ``num_shards``, default 1).
+
+        Raises:
+            ConfigError: as :func:`layout_from_params`.
+        """
+        if isinstance(runs, cls):
+            return runs
+        return layout_from_params({"runs": runs, "generation": generation})
+
+
+def run_roles(runs: StudyLayout | Mapping[str, Any]) -> dict[str, str]:
+    """``{run: role}`` of ``params:runs``, parsed or raw (a raw run without ``role`` is
+    ``single``); nothing is read from disk, so it serves when the pipelines are built too."""
+    if isinstance(runs, StudyLayout):
+        return runs.roles()
+    return {
+        str(name): str((cfg or {}).get("role", RUN_DEFAULTS["role"])) for name, cfg in runs.items()
+    }
+
+
+def configured_steps(runs: StudyLayout | Mapping[str, Any], run: str) -> tuple[int, ...]:
+    """The steps ``params:runs`` lists for ``run``, ascending; none for ``steps: all`` or a
+    run it does not have. Parsed or raw; nothing is read from disk."""
+    if isinstance(runs, StudyLayout):
+        spec = next((spec for spec in runs.runs if spec.name == run), None)
+        return spec.configured_steps if spec is not None else ()
+    steps = (runs.get(run) or {}).get("steps")
+    if is_integer(steps):
+        return (steps,)
+    return tuple(sorted(int(s) for s in steps)) if isinstance(steps, list | tuple) else ()
 
 
 def _parse_steps(name: str, steps: Any, root: str, embedded: bool) -> tuple[int, ...]:
@@ -135,17 +183,22 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
             )
         if not isinstance(cfg, dict):
             raise ConfigError(f"runs.{name} must be a mapping with checkpoint_root, steps and role")
-        role = cfg.get("role", "single")
+        role = cfg.get("role", RUN_DEFAULTS["role"])
         if role not in ROLES:
             raise ConfigError(f"runs.{name}.role is {role!r}: use one of {', '.join(ROLES)}")
         root = cfg.get("checkpoint_root")
         if not root:
             raise ConfigError(f"runs.{name}.checkpoint_root is missing")
-        embedded = bool(cfg.get("embedded", False))
-        steps = _parse_steps(name, cfg.get("steps", "all"), str(root), embedded)
+        embedded = bool(cfg.get("embedded", RUN_DEFAULTS["embedded"]))
+        given = cfg.get("steps", RUN_DEFAULTS["steps"])
         runs.append(
             RunSpec(
-                name=str(name), role=role, checkpoint_root=str(root), steps=steps, embedded=embedded
+                name=str(name),
+                role=role,
+                checkpoint_root=str(root),
+                steps=_parse_steps(name, given, str(root), embedded),
+                embedded=embedded,
+                steps_found=given == "all",
             )
         )
     generation = params.get("generation")
@@ -158,7 +211,9 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
             "parameter `generation` must be a mapping (parameters_generation.yml), "
             f"got {generation!r}"
         )
-    num_shards = positive_int(generation.get("num_shards", 1), "generation.num_shards")
+    num_shards = positive_int(
+        generation.get("num_shards", default("generation", "num_shards")), "generation.num_shards"
+    )
     return StudyLayout(runs=tuple(runs), num_shards=num_shards)
 
 

@@ -15,10 +15,13 @@ from typing import Any
 
 from hed.config import layout, params
 from hed.config.analysis_params import analyses_params, dynamics_params
+from hed.config.mini_rl import mini_rl_params, task_params
 from hed.config.prompt_params import PromptsParams, prompts_params
 from hed.config.publish import publish_params
+from hed.config.sections import RUN_DEFAULTS
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import CheckpointError, ConfigError
+from hed.pass1.config import EXPORT_DIR, metrics_params
 from hed.records.shard_metadata import (
     GENERATION_METADATA_KEY,
     StaleField,
@@ -156,7 +159,10 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
     completeness rules that need no data (:func:`check_strict_completeness`), ``rescoring``
     (:func:`hed.analysis.rescoring.rescoring_section`), ``publish`` (destinations and their
     targets: :func:`hed.config.publish.publish_params`), ``dynamics`` and ``analyses``
-    (:mod:`hed.config.analysis_params`). Unknown keys are refused earlier, when
+    (:mod:`hed.config.analysis_params`), ``metrics`` (each run's pass@1 sources:
+    :func:`hed.pass1.config.metrics_params`), ``mini_rl`` and ``mini_rl.task`` (the training's
+    shape, counts and task sets: :func:`hed.config.mini_rl.mini_rl_params`; what needs trl or
+    ``runs`` is checked by the training node). Unknown keys are refused earlier, when
     the session starts (:func:`hed.config.sections.check_unknown_keys`).
 
     Args:
@@ -170,7 +176,9 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         :class:`~hed.config.params.AggregationParams`, :class:`~hed.config.params.ReportingParams`,
         :class:`~hed.analysis.rescoring.RescoringParams`,
         :class:`~hed.config.analysis_params.DynamicsParams`,
-        :class:`~hed.config.analysis_params.AnalysesParams`.
+        :class:`~hed.config.analysis_params.AnalysesParams`,
+        :class:`~hed.config.publish.PublishParams`, :class:`~hed.pass1.config.MetricsParams`,
+        :class:`~hed.config.mini_rl.MiniRLParams`, :class:`~hed.config.mini_rl.TaskParams`.
 
     Raises:
         ConfigError: the first invalid value, in the nodes' own one-line wording.
@@ -210,28 +218,47 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         parsed["dynamics"] = dynamics_params(load("dynamics"))
     if "params:analyses" in datasets:
         parsed["analyses"] = analyses_params(load("analyses"))
+    if "params:metrics" in datasets:
+        runs = load("runs")
+        parsed["metrics"] = metrics_params(
+            load("metrics"),
+            runs=list(runs) if isinstance(runs, Mapping) else None,
+            export_dir=f"{layout.data_root()}/{EXPORT_DIR}",
+        )
+    if "params:mini_rl" in datasets:
+        parsed["mini_rl"] = mini_rl_params(load("mini_rl"))
+    if "params:mini_rl.task" in datasets:
+        parsed["mini_rl.task"] = task_params(load("mini_rl.task"))
     return parsed
 
 
-#: Sections whose nodes take the parsed object (``PromptsParams.of``, ``GenerationParams.of``,
-#: ``AggregationParams.of``, ``ReportingParams.of``, ``rescoring_section``,
-#: ``DynamicsParams.of``, ``AnalysesParams.of`` accept it): the pre-run check hands these to
-#: them in place of the raw dict.
+#: Sections whose nodes take the parsed object (``StudyLayout.of``, ``PromptsParams.of``,
+#: ``GenerationParams.of``, ``AggregationParams.of``, ``ReportingParams.of``,
+#: ``rescoring_section``, ``DynamicsParams.of``, ``AnalysesParams.of``, ``PublishParams.of``,
+#: ``MetricsParams.of``, ``MiniRLParams.of``, ``TaskParams.of`` accept it): the pre-run check
+#: hands these to them in place of the raw dict.
 TYPED_SECTIONS = (
-    "prompts", "generation", "aggregation", "reporting", "rescoring", "dynamics", "analyses",
+    "runs", "prompts", "generation", "aggregation", "reporting", "rescoring", "dynamics",
+    "analyses", "publish", "metrics", "mini_rl", "mini_rl.task",
 )  # fmt: skip
 
 
 def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
     """Put the parsed sections of :data:`TYPED_SECTIONS` into the run's catalog.
 
-    ``params:prompts`` then holds a :class:`~hed.config.prompt_params.PromptsParams`,
+    ``params:runs`` then holds a :class:`~hed.config.layout.StudyLayout` (``steps: all``
+    resolved on disk once, here), ``params:prompts`` a
+    :class:`~hed.config.prompt_params.PromptsParams`,
     ``params:generation`` a :class:`~hed.config.params.GenerationParams`,
     ``params:aggregation`` an :class:`~hed.config.params.AggregationParams`,
     ``params:reporting`` a :class:`~hed.config.params.ReportingParams`,
     ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`,
-    ``params:dynamics`` a :class:`~hed.config.analysis_params.DynamicsParams` and
-    ``params:analyses`` an :class:`~hed.config.analysis_params.AnalysesParams`: the nodes read
+    ``params:dynamics`` a :class:`~hed.config.analysis_params.DynamicsParams`,
+    ``params:analyses`` an :class:`~hed.config.analysis_params.AnalysesParams`,
+    ``params:publish`` a :class:`~hed.config.publish.PublishParams`, ``params:metrics`` a
+    :class:`~hed.pass1.config.MetricsParams`, ``params:mini_rl`` a
+    :class:`~hed.config.mini_rl.MiniRLParams` and ``params:mini_rl.task`` a
+    :class:`~hed.config.mini_rl.TaskParams`: the nodes read
     attributes, nothing is parsed again. The whole ``parameters`` dataset (what
     ``resolved_config`` records) is left as configured.
 
@@ -266,17 +293,15 @@ def check_strict_completeness(
         ConfigError: one line listing every gap, numbered, and the way out.
     """
     gaps = []
-    roles = {str((cfg or {}).get("role", "single")) for cfg in runs.values()}
-    if not {"with_clip", "without_clip"} <= roles:
-        have = ", ".join(
-            f"{name} ({(cfg or {}).get('role', 'single')})" for name, cfg in runs.items()
-        )
+    roles = layout.run_roles(runs)
+    if not {"with_clip", "without_clip"} <= set(roles.values()):
+        have = ", ".join(f"{name} ({role})" for name, role in roles.items())
         gaps.append(f"runs needs a with_clip and a without_clip run, has {have or 'none'}")
     if reporting.fig3_steps is None:
         gaps.append("reporting.fig3.steps is not set (the paper used [20, 80, 200])")
     else:
         for name, cfg in runs.items():
-            steps = (cfg or {}).get("steps", "all")
+            steps = (cfg or {}).get("steps", RUN_DEFAULTS["steps"])
             if steps == "all":
                 continue
             missing = sorted(
@@ -291,7 +316,9 @@ def check_strict_completeness(
         if not ((metric_runs.get(name) or {}).get("sources") or {}):
             gaps.append(f"metrics.runs.{name}.sources is empty: no pass@1 for run {name}")
         else:
-            gaps += _csv_pass1_gaps(metrics, name, (runs[name] or {}).get("steps", "all"))
+            gaps += _csv_pass1_gaps(
+                metrics, name, (runs[name] or {}).get("steps", RUN_DEFAULTS["steps"])
+            )
     if gaps:
         raise ConfigError(
             "reporting.strict is true but the figures cannot be complete: "
@@ -334,7 +361,7 @@ def check_token_report_steps(
         available = {step for _, step in study.run_steps()}
     else:
         for name, cfg in runs.items():
-            steps = (cfg or {}).get("steps", "all")
+            steps = (cfg or {}).get("steps", RUN_DEFAULTS["steps"])
             if steps == "all":
                 return
             available |= set(params.step_list(steps, f"runs.{name}.steps") or [])

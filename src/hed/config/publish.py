@@ -6,8 +6,10 @@ Three destinations, each optional but the first:
 * a Weights & Biases run in the user's project (``publish.wandb``),
 * a Hugging Face Hub dataset repo, in one commit (``publish.hub``).
 
-The keys and defaults are listed in :data:`hed.config.params.SECTIONS` (unknown keys are
-refused before the first node); this module turns the section into frozen dataclasses.
+The defaults are the field defaults of the dataclasses here, and nowhere else:
+:data:`hed.config.sections.SECTIONS` (the keys, for the unknown-key check before the first
+node) takes ``publish``'s from them. The pre-run check parses the section once
+(:func:`publish_params`) and hands :class:`PublishParams` to the nodes.
 """
 
 from __future__ import annotations
@@ -91,6 +93,16 @@ class PublishParams:
     wandb: WandbPublishParams = WandbPublishParams()
     hub: HubPublishParams = HubPublishParams()
 
+    @classmethod
+    def of(cls, value: Any) -> PublishParams:
+        """``value`` if already parsed, else :func:`publish_params` of it (a raw dict)."""
+        return value if isinstance(value, cls) else publish_params(value)
+
+
+_WANDB = WandbPublishParams()
+_HUB = HubPublishParams()
+_PUBLISH = PublishParams()
+
 
 def _optional_str(value: Any, name: str) -> str | None:
     if value is None:
@@ -108,7 +120,7 @@ def wandb_publish_params(raw: Any) -> WandbPublishParams:
             ``mode`` not online/offline/null; ``tags`` not a list of strings.
     """
     raw = section(raw, "publish.wandb", "parameters_publish.yml")
-    enabled = boolean(raw.get("enabled", False), "publish.wandb.enabled")
+    enabled = boolean(raw.get("enabled", _WANDB.enabled), "publish.wandb.enabled")
     project = _optional_str(raw.get("project"), "publish.wandb.project")
     if enabled and project is None:
         raise ConfigError(
@@ -118,7 +130,7 @@ def wandb_publish_params(raw: Any) -> WandbPublishParams:
     mode = raw.get("mode")
     if mode is not None and mode not in WANDB_MODES:
         raise ConfigError(f"publish.wandb.mode must be online, offline or null, got {mode!r}")
-    tags = raw.get("tags") or []
+    tags = raw.get("tags") or list(_WANDB.tags)
     if not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
         raise ConfigError(f"publish.wandb.tags must be a list of strings, got {tags!r}")
     return WandbPublishParams(
@@ -140,7 +152,7 @@ def hub_publish_params(raw: Any) -> HubPublishParams:
             not ``<owner>/<name>``; ``path_in_repo`` absolute or with ``..``.
     """
     raw = section(raw, "publish.hub", "parameters_publish.yml")
-    enabled = boolean(raw.get("enabled", False), "publish.hub.enabled")
+    enabled = boolean(raw.get("enabled", _HUB.enabled), "publish.hub.enabled")
     repo_id = _optional_str(raw.get("repo_id"), "publish.hub.repo_id")
     if enabled and repo_id is None:
         raise ConfigError(
@@ -165,8 +177,8 @@ def hub_publish_params(raw: Any) -> HubPublishParams:
         repo_id=repo_id,
         revision=_optional_str(raw.get("revision"), "publish.hub.revision"),
         path_in_repo=path_in_repo,
-        private=boolean(raw.get("private", True), "publish.hub.private"),
-        create_repo=boolean(raw.get("create_repo", True), "publish.hub.create_repo"),
+        private=boolean(raw.get("private", _HUB.private), "publish.hub.private"),
+        create_repo=boolean(raw.get("create_repo", _HUB.create_repo), "publish.hub.create_repo"),
     )
 
 
@@ -180,8 +192,10 @@ def publish_params(raw: Mapping[str, Any] | None) -> PublishParams:
     raw = section(raw, "publish", "parameters_publish.yml")
     return PublishParams(
         env_name=raw.get("env_name"),
-        git_lfs=boolean(raw.get("git_lfs", True), "publish.git_lfs"),
-        include_records=boolean(raw.get("include_records", True), "publish.include_records"),
+        git_lfs=boolean(raw.get("git_lfs", _PUBLISH.git_lfs), "publish.git_lfs"),
+        include_records=boolean(
+            raw.get("include_records", _PUBLISH.include_records), "publish.include_records"
+        ),
         wandb=wandb_publish_params(raw.get("wandb")),
         hub=hub_publish_params(raw.get("hub")),
     )

@@ -11,7 +11,10 @@ Defaults that a typed section already declares are taken from it, so each lives 
 the sampling settings from :class:`hed.decode.types.SamplingParams`, the vLLM engine's from
 :class:`hed.decode.types.VLLMSettings`, the rescoring's from
 :data:`hed.analysis.rescoring.RESCORING_DEFAULTS`, the dynamics' and the analyses' from
-:mod:`hed.config.analysis_params`, the prompts' from :mod:`hed.config.prompt_params`.
+:mod:`hed.config.analysis_params`, the prompts' from :mod:`hed.config.prompt_params`,
+publishing's from :class:`hed.config.publish.PublishParams`, the W&B keys of ``metrics`` from
+:class:`hed.pass1.config.WandbDefaults`, the mini-RL training's from
+:class:`hed.config.mini_rl.MiniRLParams` and its parts, a run's from :data:`RUN_DEFAULTS`.
 ``conf/base/parameters_*.yml`` write the same values out for users (a test keeps them equal).
 """
 
@@ -34,21 +37,32 @@ from hed.config.analysis_params import (
     MismatchSettings,
     TrainerEntropySettings,
 )
+from hed.config.mini_rl import (
+    BaseModelParams,
+    MiniRLParams,
+    TaskParams,
+    TrainingWandbParams,
+    ValidationParams,
+)
 from hed.config.prompt_params import PromptsParams
+from hed.config.publish import HubPublishParams, PublishParams, WandbPublishParams
 from hed.decode.prompts import DUPLICATE_POLICIES, PromptRendering
 from hed.decode.types import SamplingParams, VLLMSettings
 from hed.errors import ConfigError
+from hed.pass1.config import MetricsParams, WandbDefaults
 
 
-def _defaults_of(cls: type) -> dict[str, Any]:
+def _defaults_of(cls: type, *, skip: Sequence[str] = ()) -> dict[str, Any]:
     """``{field: default}`` of a dataclass as YAML writes it, in field order: ``...`` for a field
     without a default, a tuple as a list, a nested section (a dataclass) as ``{}`` (its keys
-    are listed under its own dotted name).
+    are listed under its own dotted name). Fields in ``skip`` (derived, not keys) are left out.
 
     E.g. ``_defaults_of(DynamicsFigures)`` → ``{"panel_size": [3.2, 2.2], "dpi": 200}``.
     """
     out: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
+        if field.name in skip:
+            continue
         value = field.default
         if value is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
             value = field.default_factory()
@@ -70,11 +84,15 @@ def _flat(cls: type, nested: str, inner: type) -> dict[str, Any]:
     return out
 
 
+#: The defaults of a run's keys (``runs.<run>``; ``checkpoint_root`` has none): their one
+#: place (:func:`hed.config.layout.layout_from_params` reads them).
+RUN_DEFAULTS: dict[str, Any] = {"role": "single", "steps": "all", "embedded": False}
+
 #: Every key each section may hold, with its default (``...``: no default, the key is needed
 #: where it is read). Keys of a ``*`` entry are free (run names, words, GRPOConfig fields);
 #: ``<name>`` stands for one level of free names whose values follow the nested schema.
 SECTIONS: dict[str, dict[str, Any]] = {
-    "runs.<run>": {"role": "single", "checkpoint_root": ..., "steps": "all", "embedded": False},
+    "runs.<run>": {"checkpoint_root": ..., **RUN_DEFAULTS},  # role, steps, embedded
     # prompt_columns, answer_column, num_prompts, seed, the rendering keys
     # (apply_chat_template, enable_thinking, system_prompt), instruction_suffix, duplicates
     "prompts": _flat(PromptsParams, "rendering", PromptRendering),
@@ -91,8 +109,8 @@ SECTIONS: dict[str, dict[str, Any]] = {
     "generation.vllm": _defaults_of(VLLMSettings),
     "aggregation": {"top_entropy_frac": 0.2, "chunk_records": 524288, "lexicon": None},
     "aggregation.lexicon": {"*": None},
-    "metrics": {"wandb_defaults": {}, "runs": {}},
-    "metrics.wandb_defaults": {"metric_key": ..., "step_key": ...},
+    "metrics": _defaults_of(MetricsParams),  # wandb_defaults, runs
+    "metrics.wandb_defaults": _defaults_of(WandbDefaults),
     "metrics.runs.<run>": {"sources": {}, "figure_source": None},
     "reporting": {
         "strict": False,
@@ -122,24 +140,9 @@ SECTIONS: dict[str, dict[str, Any]] = {
     "reporting.fig3": {"steps": None},
     "reporting.figure2": {"panel_size": [3.5, 2.8], "dpi": 200},
     "reporting.figure3": {"panel_size": [2.6, 3.6], "dpi": 200},
-    "publish": {"env_name": None, "git_lfs": True, "include_records": True, "wandb": {}, "hub": {}},
-    "publish.wandb": {
-        "enabled": False,
-        "project": None,
-        "entity": None,
-        "name": None,
-        "mode": None,
-        "dir": None,
-        "tags": [],
-    },
-    "publish.hub": {
-        "enabled": False,
-        "repo_id": None,
-        "revision": None,
-        "path_in_repo": None,
-        "private": True,
-        "create_repo": True,
-    },
+    "publish": _defaults_of(PublishParams),
+    "publish.wandb": _defaults_of(WandbPublishParams),
+    "publish.hub": _defaults_of(HubPublishParams),
     # estimators, epsilon, the covariance settings (kl_cov_ratio, clip_cov_band, batch_records)
     "dynamics": _flat(DynamicsParams, "covariance", CovarianceSettings),
     "dynamics.figures": _defaults_of(DynamicsFigures),
@@ -149,20 +152,11 @@ SECTIONS: dict[str, dict[str, Any]] = {
     "analyses.mismatch": _defaults_of(MismatchSettings),
     "analyses.trainer_entropy": _defaults_of(TrainerEntropySettings),
     "analyses.delta_logprob": _defaults_of(DeltaLogprobSettings),
-    "mini_rl": {
-        "base_model": {},
-        "wandb": {},
-        "task": {},
-        "reward": "integer_match",
-        "validation": {},
-        "torch_threads": None,
-        "training": {},
-        "runs": {},
-    },
-    "mini_rl.base_model": {"embedded": False, "model_dir": ...},
-    "mini_rl.wandb": {"dir": ..., "project": ...},
-    "mini_rl.task": {"kinds": ..., "num_train": ..., "num_validation": ..., "seed": 0},
-    "mini_rl.validation": {"metric_key": ..., "max_new_tokens": ..., "batch_size": ...},
+    "mini_rl": _defaults_of(MiniRLParams, skip=("raw",)),
+    "mini_rl.base_model": _defaults_of(BaseModelParams),
+    "mini_rl.wandb": _defaults_of(TrainingWandbParams),
+    "mini_rl.task": _defaults_of(TaskParams),
+    "mini_rl.validation": _defaults_of(ValidationParams),
 }
 
 #: The top-level parameter names HED reads (the keys of ``conf/<env>/parameters*.yml``).
@@ -322,6 +316,7 @@ def default(section_name: str, key: str) -> Any:
 
 __all__ = [
     "DUPLICATE_POLICIES",
+    "RUN_DEFAULTS",
     "SECTIONS",
     "TOP_LEVEL",
     "check_unknown_keys",

@@ -21,6 +21,7 @@ import numpy as np
 from hed.core.validators import check_stats_kernel
 from hed.errors import ConfigError
 from hed.records.sequence import FINISH_EOS, FINISH_LENGTH, MASS_COLUMNS, GeneratedSequence
+from hed.records.shard_metadata import SAMPLING_DEFAULTS
 
 #: ``top_k`` values that mean "no top-k filter": transformers/TRL write 0, vLLM/verl -1.
 TOP_K_OFF = (None, 0, -1)
@@ -56,6 +57,10 @@ class SamplingParams:
             -1, as vLLM and verl write it, also mean off and are stored as None); never
             applied to the records.
         max_new_tokens: response length limit.
+
+    The defaults of the settings a shard records and compares (temperature, top_p, top_k,
+    top_prob_k, seed) are :data:`hed.records.shard_metadata.SAMPLING_DEFAULTS`, read here:
+    the staleness check (records may not import decode) and this class share one table.
         top_prob_k: how many most probable tokens each record keeps.
         seed: base seed; each sequence's generator is seeded from (seed, prompt_id, sample_index).
         batch_size: sequences per ``generate`` call.
@@ -64,12 +69,12 @@ class SamplingParams:
             one pass in Triton on CUDA, the reference torch code otherwise).
     """
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int | None = None
+    temperature: float = SAMPLING_DEFAULTS["temperature"]
+    top_p: float = SAMPLING_DEFAULTS["top_p"]
+    top_k: int | None = SAMPLING_DEFAULTS["top_k"]
     max_new_tokens: int
-    top_prob_k: int = 5
-    seed: int = 0
+    top_prob_k: int = SAMPLING_DEFAULTS["top_prob_k"]
+    seed: int = SAMPLING_DEFAULTS["seed"]
     batch_size: int = 8
     stats_kernel: str = "auto"
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hed.config.layout import data_root
+from hed.config.layout import StudyLayout, configured_steps, data_root, run_roles
+from hed.config.mini_rl import MiniRLParams, mapping
 from hed.config.params import positive_int
 from hed.config.prompt_params import PromptsParams
 from hed.errors import ConfigError
@@ -70,7 +71,6 @@ def cpu_trainer_args(trainer_args: Mapping[str, Any]) -> dict[str, Any]:
 #: Prompt-rendering keys of ``params:prompts`` that change what the policy is trained on.
 PROMPT_KEYS = ("apply_chat_template", "enable_thinking", "system_prompt", "instruction_suffix")
 
-DEFAULT_METRIC_KEY = "val-core/mini_arith/acc/mean@1"
 #: The trainer's own step key (transformers' WandbCallback logs every row with it).
 STEP_KEY = "train/global_step"
 
@@ -170,17 +170,9 @@ def _grpo_fields() -> set[str]:
     return {f.name for f in dataclasses.fields(GRPOConfig)}
 
 
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where} must be a mapping, got {value!r}")
-    return dict(value)
-
-
 def training_specs(
-    mini_rl: Mapping[str, Any],
-    runs: Mapping[str, Any],
+    mini_rl: MiniRLParams | Mapping[str, Any],
+    runs: StudyLayout | Mapping[str, Any],
     prompt_params: PromptsParams | Mapping[str, Any] | None = None,
     *,
     check_trainer_args: bool = True,
@@ -188,63 +180,38 @@ def training_specs(
     """Resolve ``mini_rl`` into one :class:`TrainingSpec` per run of ``mini_rl.runs``, in order.
 
     Args:
-        mini_rl: ``params:mini_rl``.
-        runs: ``params:runs`` (role, checkpoint_root, steps of every analysed run).
+        mini_rl: ``params:mini_rl``, parsed (:class:`hed.config.mini_rl.MiniRLParams`) or raw.
+        runs: ``params:runs``, parsed (:class:`hed.config.layout.StudyLayout`) or raw
+            (checkpoint_root and listed steps of every analysed run).
         prompt_params: ``params:prompts`` (the same prompt rendering as the analysis; parsed
             or its dict, :class:`hed.config.prompt_params.PromptsParams`).
         check_trainer_args: check the GRPOConfig field names (imports trl).
 
     Raises:
-        ConfigError: a run of ``mini_rl.runs`` missing from ``runs``; an unknown GRPOConfig
-            field; a run overriding a field HED fixes; a bad schedule; or a step listed in
+        ConfigError: an invalid ``mini_rl`` section (:func:`hed.config.mini_rl.mini_rl_params`);
+            a run of ``mini_rl.runs`` missing from ``runs``; an unknown GRPOConfig field; a run
+            overriding a field HED fixes; a bad schedule; an unknown reward; or a step listed in
             ``runs.<run>.steps`` that the schedule does not write.
     """
-    train_runs = _mapping(mini_rl.get("runs"), "mini_rl.runs")
-    if not train_runs:
-        raise ConfigError("mini_rl.runs is empty: name the runs to train (keys of `runs`)")
-    training = _mapping(mini_rl.get("training"), "mini_rl.training")
-    base = _mapping(mini_rl.get("base_model"), "mini_rl.base_model")
-    wandb_cfg = _mapping(mini_rl.get("wandb"), "mini_rl.wandb")
-    validation = _mapping(mini_rl.get("validation"), "mini_rl.validation")
-    if not base.get("model_dir"):
-        raise ConfigError(
-            "mini_rl.base_model.model_dir is missing: the initial policy's HuggingFace folder"
-        )
+    params = MiniRLParams.of(mini_rl)
     prompt = PromptsParams.of(prompt_params).rendering_keys()  # the keys of PROMPT_KEYS
     known = _grpo_fields() if check_trainer_args else None
-    threads = mini_rl.get("torch_threads")
-    positive_int(threads, "mini_rl.torch_threads", allow_none=True)
-
-    reward = str(mini_rl.get("reward") or "integer_match")
-    grader(reward)  # an unknown name fails here, before any training
-
+    grader(params.reward)  # an unknown name fails here, before any training
+    wandb_root = params.wandb.dir or f"{data_root()}/01_raw/wandb"
     specs = []
-    for name, raw_overrides in train_runs.items():
+    for name, overrides in params.runs.items():
         where = f"mini_rl.runs.{name}"
-        if name not in runs:
+        if name not in run_roles(runs):
             raise ConfigError(
                 f"{where}: no run {name!r} in `runs` (parameters.yml); "
                 "add it there with its checkpoint_root"
             )
-        merged = {**training, **_mapping(raw_overrides, where)}
+        merged = {**params.training, **overrides}
         save_every = merged.pop("save_every", None)
-        fixed = sorted(set(merged) & ({*FIXED_TRAINER_ARGS, "output_dir", "run_name"}))
-        if fixed:
-            raise ConfigError(
-                f"{where} / mini_rl.training set {', '.join(fixed)}: "
-                "HED sets these itself; remove them"
-            )
-        if known is not None:
-            unknown = sorted(set(merged) - known)
-            if unknown:
-                raise ConfigError(
-                    f"{where} / mini_rl.training: unknown GRPOConfig field(s) "
-                    f"{', '.join(unknown)} (use trl GRPOConfig / transformers TrainingArguments "
-                    "names, e.g. epsilon_high, num_iterations)"
-                )
+        _check_trainer_args(where, merged, known)
         schedule = checkpoint_schedule(merged.get("max_steps"), save_every)
-        steps = runs[name].get("steps") if isinstance(runs[name], Mapping) else None
-        if isinstance(steps, list | tuple):
+        steps = configured_steps(runs, name)  # none for `steps: all`
+        if steps:
             unwritten = sorted(set(steps) - set(schedule))
             if unwritten:
                 raise ConfigError(
@@ -255,23 +222,46 @@ def training_specs(
         specs.append(
             TrainingSpec(
                 run=str(name),
-                checkpoint_root=str(runs[name]["checkpoint_root"]),
-                wandb_dir=str(Path(wandb_cfg.get("dir") or f"{data_root()}/01_raw/wandb") / name),
-                wandb_project=str(wandb_cfg.get("project", "hed-mini-rl")),
-                base_model_dir=str(base["model_dir"]),
-                embedded=bool(base.get("embedded", False)),
+                checkpoint_root=_checkpoint_root(runs, name),
+                wandb_dir=str(Path(wandb_root) / name),
+                wandb_project=params.wandb.project,
+                base_model_dir=params.base_model.model_dir,
+                embedded=params.base_model.embedded,
                 trainer_args={**cpu_trainer_args(merged), **FIXED_TRAINER_ARGS},
                 save_steps=schedule,
-                metric_key=str(validation.get("metric_key") or DEFAULT_METRIC_KEY),
-                validation_max_new_tokens=int(validation.get("max_new_tokens", 32)),
-                validation_batch_size=int(validation.get("batch_size", 16)),
-                torch_threads=threads,
+                metric_key=params.validation.metric_key,
+                validation_max_new_tokens=params.validation.max_new_tokens,
+                validation_batch_size=params.validation.batch_size,
+                torch_threads=params.torch_threads,
                 prompt_params=prompt,
-                task=_mapping(mini_rl.get("task"), "mini_rl.task"),
-                reward=reward,
+                task=mapping(params.raw.get("task"), "mini_rl.task"),
+                reward=params.reward,
             )
         )
     return specs
+
+
+def _checkpoint_root(runs: StudyLayout | Mapping[str, Any], name: str) -> str:
+    if isinstance(runs, StudyLayout):
+        return runs.run(name).checkpoint_root
+    return str(runs[name]["checkpoint_root"])
+
+
+def _check_trainer_args(where: str, merged: Mapping[str, Any], known: set[str] | None) -> None:
+    """Refuse GRPOConfig fields HED sets itself, and (``known`` given) unknown field names."""
+    fixed = sorted(set(merged) & ({*FIXED_TRAINER_ARGS, "output_dir", "run_name"}))
+    if fixed:
+        raise ConfigError(
+            f"{where} / mini_rl.training set {', '.join(fixed)}: HED sets these itself; remove them"
+        )
+    if known is not None:
+        unknown = sorted(set(merged) - known)
+        if unknown:
+            raise ConfigError(
+                f"{where} / mini_rl.training: unknown GRPOConfig field(s) "
+                f"{', '.join(unknown)} (use trl GRPOConfig / transformers TrainingArguments "
+                "names, e.g. epsilon_high, num_iterations)"
+            )
 
 
 def frame_hash(*frames: Any) -> str:

@@ -1,16 +1,20 @@
-"""The pass@1 configuration of a run: ``metrics.runs.<run>`` parsed and checked.
+"""The pass@1 configuration: ``params:metrics`` and each ``metrics.runs.<run>``, parsed and checked.
 
 :func:`parse_run_config` reads which sources a run lists (``wandb``, ``wandb_offline``, ``csv``,
 ``generated``; docs/metrics.md), fills each source's defaults and refuses an unknown source or
 option, a missing required option or both W&B sources at once, before any node runs.
+:func:`metrics_params` parses the whole section into :class:`MetricsParams` (the pre-run check
+does it once and hands it to the nodes as ``params:metrics``); :class:`WandbDefaults` holds the
+defaults of ``metrics.wandb_defaults`` (the one place of them: ``hed.config.sections`` reads it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hed.core.validators import section
 from hed.errors import ConfigError
 from hed.pass1.history import DEFAULT_METRIC_KEY, DEFAULT_STEP_KEY, SCALES
 from hed.pass1.wandb_online import wandb_run_ref
@@ -81,7 +85,91 @@ class RunPass1Config:
         return next((spec for spec in self.sources if spec.name in WANDB_SOURCES), None)
 
 
-def _source_options(run: str, name: str, raw: Any, wandb_defaults: Mapping[str, Any]) -> dict:
+@dataclass(frozen=True)
+class WandbDefaults:
+    """``metrics.wandb_defaults``: the keys of W&B sources that do not name their own.
+
+    Attributes:
+        metric_key: the pass@1 key (verl: ``val-core/<data_source>/acc/mean@<n>``).
+        step_key: the training step key (``_step``: W&B's own counter).
+    """
+
+    metric_key: str = DEFAULT_METRIC_KEY
+    step_key: str = DEFAULT_STEP_KEY
+
+
+@dataclass(frozen=True)
+class MetricsParams:
+    """``params:metrics``, checked.
+
+    Attributes:
+        wandb_defaults: the metric and step keys of W&B sources that omit them.
+        runs: ``{run: RunPass1Config}`` of the runs parsed (every run ``metrics.runs`` lists,
+            or those named when parsing).
+    """
+
+    wandb_defaults: WandbDefaults = WandbDefaults()
+    runs: Mapping[str, RunPass1Config] = field(default_factory=dict)
+
+    def run(self, name: str) -> RunPass1Config:
+        """The sources of run ``name`` (none when ``metrics.runs`` does not list it)."""
+        return self.runs.get(name) or RunPass1Config(run=name, sources=(), figure_source=None)
+
+    @classmethod
+    def of(cls, value: Any) -> MetricsParams:
+        """``value`` if already parsed, else :func:`metrics_params` of it (a raw dict)."""
+        return value if isinstance(value, cls) else metrics_params(value)
+
+
+def _wandb_defaults(raw: Any) -> WandbDefaults:
+    raw = section(raw, "metrics.wandb_defaults")
+    given = WandbDefaults()
+    for key in ("metric_key", "step_key"):
+        value = raw.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ConfigError(
+                f"metrics.wandb_defaults.{key} must be a non-empty string (a W&B key such as "
+                f"{getattr(given, key)!r}) or null, got {value!r}"
+            )
+    return WandbDefaults(
+        metric_key=raw.get("metric_key") or given.metric_key,
+        step_key=raw.get("step_key") or given.step_key,
+    )
+
+
+def metrics_params(
+    value: Any,
+    runs: Sequence[str] | None = None,
+    export_dir: str = f"<data_root>/{EXPORT_DIR}",
+) -> MetricsParams:
+    """Check ``params:metrics``: ``wandb_defaults`` and the sources of each run.
+
+    Args:
+        value: the ``metrics`` section (``None``: no pass@1 source anywhere).
+        runs: the run names to parse (default: every run ``metrics.runs`` lists); a listed run
+            outside them is left unparsed, as the metrics pipeline ignores it.
+        export_dir: as in :func:`parse_run_config` (for messages).
+
+    Returns:
+        :class:`MetricsParams`.
+
+    Raises:
+        ConfigError: ``metrics`` or ``metrics.wandb_defaults`` not a mapping, a default key
+            not a non-empty string, or a run's sources invalid (:func:`parse_run_config`).
+    """
+    raw = section(value, "metrics")
+    defaults = _wandb_defaults(raw.get("wandb_defaults"))
+    listed = raw.get("runs") or {}
+    if not isinstance(listed, Mapping):
+        raise ConfigError(f"metrics.runs must be a mapping of run name to sources, got {listed!r}")
+    names = [name for name in listed if runs is None or name in runs]
+    return MetricsParams(
+        wandb_defaults=defaults,
+        runs={name: parse_run_config(raw, name, export_dir) for name in names},
+    )
+
+
+def _source_options(run: str, name: str, raw: Any, wandb_defaults: WandbDefaults) -> dict:
     where = f"metrics.runs.{run}.sources.{name}"
     if raw is None:
         raw = {}
@@ -105,24 +193,21 @@ def _source_options(run: str, name: str, raw: Any, wandb_defaults: Mapping[str, 
             "percent (in [0, 100], divided by 100)"
         )
     if name in WANDB_SOURCES:
-        options["metric_key"] = str(
-            options["metric_key"] or wandb_defaults.get("metric_key") or DEFAULT_METRIC_KEY
-        )
-        options["step_key"] = str(
-            options["step_key"] or wandb_defaults.get("step_key") or DEFAULT_STEP_KEY
-        )
+        options["metric_key"] = str(options["metric_key"] or wandb_defaults.metric_key)
+        options["step_key"] = str(options["step_key"] or wandb_defaults.step_key)
     return options
 
 
 def parse_run_config(
-    metrics_params: Mapping[str, Any] | None,
+    metrics_params: Mapping[str, Any] | MetricsParams | None,
     run: str,
     export_dir: str = f"<data_root>/{EXPORT_DIR}",
 ) -> RunPass1Config:
     """Read and check the pass@1 configuration of ``run`` from ``params:metrics``.
 
     Args:
-        metrics_params: the ``metrics`` parameters (``wandb_defaults``, ``runs``).
+        metrics_params: the ``metrics`` parameters (``wandb_defaults``, ``runs``), raw or
+            parsed (:class:`MetricsParams`: its run is returned as parsed).
         run: run name.
         export_dir: where ``<run>.metrics_export`` lies (``<data_root>/01_raw/metrics`` of the
             environment; the metrics pipeline passes the real folder), for error messages.
@@ -136,8 +221,10 @@ def parse_run_config(
             wandb`` follows the run's one W&B source: it means ``wandb_offline`` when that is
             the one listed, and the other way round).
     """
+    if isinstance(metrics_params, MetricsParams):
+        return metrics_params.run(run)
     metrics_params = metrics_params or {}
-    wandb_defaults = metrics_params.get("wandb_defaults") or {}
+    wandb_defaults = _wandb_defaults(metrics_params.get("wandb_defaults"))
     runs = metrics_params.get("runs") or {}
     if not isinstance(runs, Mapping):
         raise ConfigError(f"metrics.runs must be a mapping of run name to sources, got {runs!r}")

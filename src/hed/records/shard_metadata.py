@@ -54,7 +54,8 @@ from hed.errors import HEDError
 #: Parquet key-value metadata key holding the generation parameters of a shard file.
 GENERATION_METADATA_KEY = b"hed.generation"
 
-#: ``generation`` parameters compared, with their defaults (as in ``sampling_params_from``).
+#: ``generation`` parameters compared, with their defaults: the one table of these defaults
+#: (:class:`hed.decode.types.SamplingParams` takes its field defaults from it).
 SAMPLING_DEFAULTS: dict[str, Any] = {
     "temperature": 1.0,
     "top_p": 1.0,

@@ -21,6 +21,7 @@ from hed.analysis.pass_at_k import PASS_AT_K_COLUMNS, step_pass_at_k
 from hed.analysis.runs_comparison import compare_runs, step_measures
 from hed.analysis.trainer_entropy import TRAINER_ENTROPY_COLUMNS, compare_trainer_entropy
 from hed.config.analysis_params import AnalysesParams
+from hed.config.layout import StudyLayout, run_roles
 from hed.config.params import GenerationParams
 from hed.errors import InputDataError
 from hed.pass1.sources import parse_run_config, read_wandb_history, read_wandb_offline_history
@@ -135,7 +136,7 @@ def build_runs_comparison(
     pass1_for_figures: pd.DataFrame,
     pass_at_k: pd.DataFrame,
     analyses: AnalysesParams | dict[str, Any],
-    runs: dict[str, Any],
+    runs: StudyLayout | dict[str, Any],
     **extra: pd.DataFrame,
 ) -> pd.DataFrame:
     """``runs_comparison``: every run's per-step measures and deltas to the reference run.
@@ -143,7 +144,7 @@ def build_runs_comparison(
     Args:
         summary_by_step, pass1_for_figures, pass_at_k: the per-step tables.
         analyses: ``params:analyses`` (reference_run; null = the first run of ``runs``).
-        runs: ``params:runs``.
+        runs: ``params:runs``, parsed (:class:`~hed.config.layout.StudyLayout`) or raw.
         **extra: further per-(run, step) measure tables by prefix (e.g. ``mismatch``: the
             ``all`` rows of ``sampler_trainer_mismatch``), bound when the pipeline is built.
 
@@ -154,7 +155,7 @@ def build_runs_comparison(
     Raises:
         ConfigError: the reference run is not a run with steps.
     """
-    reference = AnalysesParams.of(analyses).reference_run or next(iter(runs), None)
+    reference = AnalysesParams.of(analyses).reference_run or next(iter(run_roles(runs)), None)
     if "mismatch" in extra:  # its measures, not its bounds or counts
         keep = ["run", "step", "subset", *MISMATCH_MEASURES]
         extra = {**extra, "mismatch": extra["mismatch"].reindex(columns=keep)}

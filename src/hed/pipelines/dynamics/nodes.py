@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from hed.analysis.correctness import correctness_values, entropy_by_correctness
 from hed.analysis.covariance import TOP_TOKEN_COLUMNS, step_covariance
 from hed.config.analysis_params import DynamicsParams
+from hed.config.layout import StudyLayout, run_roles
 from hed.config.params import AggregationParams, lexicon_param
 from hed.core.advantage import response_advantages
 from hed.errors import InputDataError
@@ -262,9 +263,10 @@ def warn_single_sample_groups(advantage_covariance_by_step: pd.DataFrame) -> lis
     return runs
 
 
-def panel_runs(runs: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(run, role)`` in panel order: without_clip, with_clip, single; config order within."""
-    pairs = [(str(name), str((cfg or {}).get("role", "single"))) for name, cfg in runs.items()]
+def panel_runs(runs: StudyLayout | Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(run, role)`` in panel order: without_clip, with_clip, single; config order within
+    (``params:runs`` parsed or raw)."""
+    pairs = list(run_roles(runs).items())
     rank = {role: i for i, role in enumerate(ROLE_ORDER)}
     return sorted(pairs, key=lambda pair: rank.get(pair[1], len(ROLE_ORDER)))
 
@@ -276,7 +278,7 @@ def _figure_style(dynamics: DynamicsParams | dict[str, Any]) -> tuple[tuple[floa
 
 def plot_advantage_covariance(
     advantage_covariance_by_step: pd.DataFrame,
-    runs: dict[str, Any],
+    runs: StudyLayout | dict[str, Any],
     dynamics: DynamicsParams | dict[str, Any],
 ) -> Figure:
     """Mean Cov(log π, A) and the zero-advantage share over steps, one column per run.
@@ -292,7 +294,7 @@ def plot_advantage_covariance(
 
 def plot_entropy_by_correctness(
     entropy_by_correctness: pd.DataFrame,
-    runs: dict[str, Any],
+    runs: StudyLayout | dict[str, Any],
     dynamics: DynamicsParams | dict[str, Any],
 ) -> Figure:
     """Mean entropy and anthropomorphic tokens per 1k, correct vs incorrect, per run."""

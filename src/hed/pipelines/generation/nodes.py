@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from hed.config.layout import layout_from_params
+from hed.config.layout import StudyLayout
 from hed.config.params import GenerationParams, lexicon_param, sampling_params
 from hed.config.prompt_params import PromptsParams
 from hed.core.grading import grade_response, normalise_reference, reference_parses
@@ -121,7 +121,7 @@ def _warn_unparsed_references(answers: list[str | None], rows: np.ndarray, sourc
 
 
 def resolve_checkpoints(
-    runs: dict[str, Any],
+    runs: StudyLayout | dict[str, Any],
     generation: GenerationParams | dict[str, Any],
     training_manifest: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -131,8 +131,8 @@ def resolve_checkpoints(
     (:func:`hed.decode.embedded.ensure_embedded_checkpoint`).
 
     Args:
-        runs: ``params:runs``.
-        generation: ``params:generation``, parsed or raw (for ``num_shards``).
+        runs: ``params:runs``, parsed (:class:`~hed.config.layout.StudyLayout`) or raw.
+        generation: ``params:generation``, parsed or raw (``num_shards`` of a raw ``runs``).
         training_manifest: ``mini_rl_manifest`` in the ``mini_dapo`` environment; unused, it
             only orders this node after the training that writes the checkpoints.
 
@@ -144,7 +144,7 @@ def resolve_checkpoints(
         CheckpointError: a step folder is missing, config-only, or LoRA-only, or the run's
             steps differ in vocabulary size or tokenizer (:func:`check_same_vocabulary`).
     """
-    layout = layout_from_params({"runs": runs, "generation": generation})
+    layout = StudyLayout.of(runs, generation)
     resolved: dict[str, Any] = {}
     for run in layout.runs:
         if run.embedded:

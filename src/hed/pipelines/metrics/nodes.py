@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from hed.pass1.config import WANDB_SOURCES, parse_run_config
+from hed.pass1.config import WANDB_SOURCES, MetricsParams
 from hed.pass1.csv_file import read_pass1_csv
 from hed.pass1.generated import GENERATED_METRIC, pass1_from_summary
 from hed.pass1.selection import PASS1_COLUMNS, select_pass1, to_pass1_rows, warn_missing_steps
@@ -24,12 +24,16 @@ logger = logging.getLogger(__name__)
 
 
 def fetch_wandb_history(
-    metrics_params: dict[str, Any], training_manifest: dict[str, Any] | None = None, *, run: str
+    metrics_params: MetricsParams | dict[str, Any],
+    training_manifest: dict[str, Any] | None = None,
+    *,
+    run: str,
 ) -> pd.DataFrame:
     """Fetch the pass@1 history of ``run`` from its ``wandb`` or ``wandb_offline`` source.
 
     Args:
-        metrics_params: ``params:metrics``.
+        metrics_params: ``params:metrics``, parsed (:class:`~hed.pass1.config.MetricsParams`)
+            or raw.
         training_manifest: ``mini_rl_manifest`` in the ``mini_dapo`` environment; unused, it
             only orders this node after the training that writes the offline W&B runs.
         run: run name (bound when the pipeline is built).
@@ -42,7 +46,7 @@ def fetch_wandb_history(
     Raises:
         ConfigError: no W&B API key. InputDataError: run or folder not found, metric absent.
     """
-    spec = parse_run_config(metrics_params, run).wandb_source
+    spec = MetricsParams.of(metrics_params).run(run).wandb_source
     options = spec.options
     if spec.name == "wandb":
         history = read_wandb_history(
@@ -62,7 +66,7 @@ def fetch_wandb_history(
     return history.assign(source=spec.name)
 
 
-def read_csv_pass1(metrics_params: dict[str, Any], *, run: str) -> pd.DataFrame:
+def read_csv_pass1(metrics_params: MetricsParams | dict[str, Any], *, run: str) -> pd.DataFrame:
     """Read the ``csv`` source of ``run`` (``path``, ``step_column``, ``pass1_column``, ``scale``).
 
     Returns:
@@ -71,7 +75,7 @@ def read_csv_pass1(metrics_params: dict[str, Any], *, run: str) -> pd.DataFrame:
     Raises:
         InputDataError: file missing, a column missing, a non-numeric value.
     """
-    options = parse_run_config(metrics_params, run).source("csv").options
+    options = MetricsParams.of(metrics_params).run(run).source("csv").options
     return read_pass1_csv(
         options["path"],
         step_column=options["step_column"],
@@ -81,7 +85,7 @@ def read_csv_pass1(metrics_params: dict[str, Any], *, run: str) -> pd.DataFrame:
 
 
 def collect_run_pass1(
-    metrics_params: dict[str, Any],
+    metrics_params: MetricsParams | dict[str, Any],
     wandb_history: pd.DataFrame | None = None,
     csv_pass1: pd.DataFrame | None = None,
     summary_by_step: pd.DataFrame | None = None,
@@ -92,7 +96,7 @@ def collect_run_pass1(
     """One row per (step, source) of ``run``; warn about checkpoint steps the figure source lacks.
 
     Args:
-        metrics_params: ``params:metrics``.
+        metrics_params: ``params:metrics``, parsed or raw.
         wandb_history: ``<run>.metrics_export`` when the run has a W&B source.
         csv_pass1: the output of :func:`read_csv_pass1` when the run has a ``csv`` source.
         summary_by_step: when the run has a ``generated`` source.
@@ -101,7 +105,7 @@ def collect_run_pass1(
     Returns:
         run, step, pass1, source, metric_key; a step logged twice keeps its last value.
     """
-    config = parse_run_config(metrics_params, run)
+    config = MetricsParams.of(metrics_params).run(run)
     parts = []
     for spec in config.sources:
         if spec.name in WANDB_SOURCES:
@@ -131,7 +135,10 @@ def combine_pass1(*run_tables: pd.DataFrame) -> pd.DataFrame:
 
 
 def select_pass1_for_figures(
-    pass1: pd.DataFrame, metrics_params: dict[str, Any], *, checkpoint_steps: dict[str, list[int]]
+    pass1: pd.DataFrame,
+    metrics_params: MetricsParams | dict[str, Any],
+    *,
+    checkpoint_steps: dict[str, list[int]],
 ) -> pd.DataFrame:
     """One pass@1 per (run, step) from each run's ``figure_source``.
 
@@ -141,4 +148,4 @@ def select_pass1_for_figures(
         ``pass1_for_figures``: run, step, pass1 (empty at checkpoint steps without a value),
         pass1_source, has_checkpoint.
     """
-    return select_pass1(pass1, metrics_params, checkpoint_steps)
+    return select_pass1(pass1, MetricsParams.of(metrics_params), checkpoint_steps)

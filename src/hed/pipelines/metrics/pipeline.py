@@ -14,7 +14,7 @@ from hed.config.layout import (
     data_root,
     training_inputs,
 )
-from hed.pass1.config import EXPORT_DIR, RunPass1Config, parse_run_config
+from hed.pass1.config import EXPORT_DIR, RunPass1Config, metrics_params
 from hed.pipelines.binding import bound
 
 from .nodes import (
@@ -97,18 +97,18 @@ def create_pipeline(
     """
     layout = layout or active_layout()
     params = active_params() if params is None else params
-    metrics_params = params.get("metrics") or {}
+    raw = params.get("metrics") or {}
     extra_inputs = training_inputs(params)
     run_names = [run.name for run in layout.runs]
-    unknown = sorted(set(metrics_params.get("runs") or {}) - set(run_names))
+    unknown = sorted(set(raw.get("runs") or {}) - set(run_names))
     if unknown:
         logger.warning("metrics.runs lists %s, not in `runs`; ignored", ", ".join(unknown))
     checkpoint_steps = {run.name: list(run.steps) for run in layout.runs}
     export_dir = f"{data_root()}/{EXPORT_DIR}"
+    metrics = metrics_params(raw, runs=run_names, export_dir=export_dir)
     nodes = []
     for run in layout.runs:
-        config = parse_run_config(metrics_params, run.name, export_dir=export_dir)
-        nodes += _run_nodes(config, checkpoint_steps[run.name], extra_inputs)
+        nodes += _run_nodes(metrics.run(run.name), checkpoint_steps[run.name], extra_inputs)
     return Pipeline(
         [
             *nodes,

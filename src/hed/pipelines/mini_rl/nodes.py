@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from hed.config.mini_rl import MiniRLParams, TaskParams
 from hed.config.prompt_params import PromptsParams
 from hed.mini_rl.config import training_specs
 from hed.mini_rl.tasks import make_task_sets
@@ -14,21 +15,23 @@ from hed.mini_rl.tasks import make_task_sets
 logger = logging.getLogger(__name__)
 
 
-def generate_task_sets(task: dict[str, Any]) -> dict[str, pd.DataFrame]:
+def generate_task_sets(task: TaskParams | dict[str, Any]) -> dict[str, pd.DataFrame]:
     """Generate the training and held-out validation problems from a seed.
 
     Args:
-        task: ``params:mini_rl.task`` (``num_train``, ``num_validation``, ``seed``, ``kinds``).
+        task: ``params:mini_rl.task``, parsed (:class:`~hed.config.mini_rl.TaskParams`) or raw
+            (``num_train``, ``num_validation``, ``seed``, ``kinds``).
 
     Returns:
         ``{"train": ..., "validation": ...}``: frames with ``problem_index, problem, answer,
         kind``; no problem is in both.
     """
+    task = TaskParams.of(task)
     train, validation = make_task_sets(
-        num_train=task["num_train"],
-        num_validation=task["num_validation"],
-        seed=int(task.get("seed", 0)),
-        **({"kinds": list(task["kinds"])} if task.get("kinds") else {}),
+        num_train=task.num_train,
+        num_validation=task.num_validation,
+        seed=task.seed,
+        **({"kinds": list(task.kinds)} if task.kinds else {}),  # None: every kind
     )
     logger.info("mini_rl task: %d training and %d held-out problems", len(train), len(validation))
     return {"train": train, "validation": validation}
@@ -39,7 +42,7 @@ def train_policy(
     validation_set: pd.DataFrame,
     *,
     runs: dict[str, Any],
-    mini_rl: dict[str, Any],
+    mini_rl: MiniRLParams | dict[str, Any],
     prompt_params: PromptsParams | dict[str, Any],
     previous_run: dict[str, Any] | None = None,
     run: str,
@@ -54,7 +57,7 @@ def train_policy(
         train_set: training problems.
         validation_set: held-out problems (``raw_prompts`` of the environment).
         runs: ``params:runs`` (the run's ``checkpoint_root`` and analysed ``steps``).
-        mini_rl: ``params:mini_rl``.
+        mini_rl: ``params:mini_rl``, parsed (:class:`~hed.config.mini_rl.MiniRLParams`) or raw.
         prompt_params: ``params:prompts`` (chat template, instruction suffix), so the policy
             is trained on the prompts HED analyses.
         previous_run: the manifest of the run trained before this one; only orders the runs

@@ -10,14 +10,16 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any
 
-from hed.config.publish import publish_params
+from hed.config.publish import PublishParams
 from hed.errors import ConfigError
 from hed.io.publishing import check_env_name, environment_label, rerun_reporting
 from hed.io.study_bundle import StudyBundle, plan_bundle
 
 
 def plan_publication(
-    resolved_config: dict[str, Any], run_context: dict[str, Any], publish: dict[str, Any]
+    resolved_config: dict[str, Any],
+    run_context: dict[str, Any],
+    publish: PublishParams | dict[str, Any],
 ) -> dict[str, Any]:
     """Choose the files to publish: those the latest ``resolved_config`` names as its run's outputs.
 
@@ -29,7 +31,8 @@ def plan_publication(
     Args:
         resolved_config: the latest ``resolved_config`` (its ``artifacts``: name → path, version).
         run_context: from :class:`hed.hooks.ProvenanceHooks` (``env`` of this run).
-        publish: ``params:publish`` (``env_name``: folder name override, default null).
+        publish: ``params:publish``, parsed (:class:`~hed.config.publish.PublishParams`) or raw
+            (``env_name``: folder name override; ``git_lfs``).
 
     Returns:
         The plan :class:`hed.io.datasets.PublishedArtifactsDataset` saves (``final_artifacts``).
@@ -39,6 +42,7 @@ def plan_publication(
             name its output files (reporting ran without ``ProvenanceHooks``).
     """
     env = _check_same_env(resolved_config, run_context)
+    params = PublishParams.of(publish)
     run_id = resolved_config.get("run_id")
     rerun = f"`{rerun_reporting(env)}`"
     artifacts = resolved_config.get("artifacts") or {}
@@ -58,8 +62,8 @@ def plan_publication(
         for name, info in artifacts.items()
     }
     return {
-        "env": check_env_name(publish.get("env_name") or env),
-        "git_lfs": publish_params(publish).git_lfs,
+        "env": check_env_name(params.env_name or env),
+        "git_lfs": params.git_lfs,
         "project_path": resolved_config.get("project_path"),
         "source": {"env": resolved_config.get("env"), "run_id": run_id},
         "files": files,
@@ -86,7 +90,7 @@ def _check_same_env(resolved_config: dict[str, Any], run_context: dict[str, Any]
 def plan_study_bundle(
     resolved_config: dict[str, Any],
     run_context: dict[str, Any],
-    publish: dict[str, Any],
+    publish: PublishParams | dict[str, Any],
     *records: Any,
 ) -> StudyBundle:
     """The study as one bundle: the latest reporting run's files, tables and pages, and (with
@@ -96,7 +100,7 @@ def plan_study_bundle(
         resolved_config: the latest ``resolved_config``.
         run_context: from :class:`hed.hooks.ProvenanceHooks`; its ``inputs`` name the exact
             file of each records dataset this node takes.
-        publish: ``params:publish``.
+        publish: ``params:publish``, parsed or raw.
         records: the ``<run>.step_<step>.token_records`` / ``.sequences`` datasets (lazy;
             only their recorded paths are used).
 
@@ -107,7 +111,7 @@ def plan_study_bundle(
         ConfigError: ``resolved_config`` of another environment, or naming no figure file.
     """
     env = _check_same_env(resolved_config, run_context)
-    params = publish_params(publish)
+    params = PublishParams.of(publish)
     return plan_bundle(
         resolved_config,
         (run_context or {}).get("inputs"),
@@ -116,11 +120,15 @@ def plan_study_bundle(
     )
 
 
-def log_study_to_wandb(study_bundle: StudyBundle, publish: dict[str, Any]) -> dict[str, Any]:
+def log_study_to_wandb(
+    study_bundle: StudyBundle, publish: PublishParams | dict[str, Any]
+) -> dict[str, Any]:
     """What ``wandb_publication`` logs: the bundle and ``publish.wandb`` (checked)."""
-    return {"bundle": study_bundle, "settings": publish_params(publish).wandb}
+    return {"bundle": study_bundle, "settings": PublishParams.of(publish).wandb}
 
 
-def commit_study_to_hub(study_bundle: StudyBundle, publish: dict[str, Any]) -> dict[str, Any]:
+def commit_study_to_hub(
+    study_bundle: StudyBundle, publish: PublishParams | dict[str, Any]
+) -> dict[str, Any]:
     """What ``hub_publication`` commits: the bundle and ``publish.hub`` (checked)."""
-    return {"bundle": study_bundle, "settings": publish_params(publish).hub}
+    return {"bundle": study_bundle, "settings": PublishParams.of(publish).hub}

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from hed.config.layout import StudyLayout, configured_steps, run_roles
 from hed.config.params import ReportingParams
 from hed.errors import ConfigError
 from hed.io import provenance
@@ -56,30 +57,23 @@ RANK_ORDER = (("sampled_prob_share", False), ("count", False), ("word", True))
 # ------------------------------------------------------------------ configuration helpers
 
 
-def figure2_kind(runs: Mapping[str, Any]) -> str:
+def figure2_kind(runs: StudyLayout | Mapping[str, Any]) -> str:
     """``paper_reproduction`` when ``runs`` has a with_clip and a without_clip run, else
     ``single_run_diagnostic`` (docs/figures.md)."""
-    roles = {str((cfg or {}).get("role", "single")) for cfg in runs.values()}
+    roles = set(run_roles(runs).values())
     return PAPER if {"with_clip", "without_clip"} <= roles else SINGLE
 
 
-def figure2_dataset(runs: Mapping[str, Any]) -> str:
+def figure2_dataset(runs: StudyLayout | Mapping[str, Any]) -> str:
     """Catalog name of the Figure 2 table for ``runs``: ``figure2_<kind>`` (file ``<name>.csv``)."""
     return f"figure2_{figure2_kind(runs)}"
 
 
-def panel_runs(runs: Mapping[str, Any]) -> list[tuple[str, str]]:
+def panel_runs(runs: StudyLayout | Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(run, role)`` in panel order: without_clip, with_clip, single; config order within."""
-    pairs = [(str(name), str((cfg or {}).get("role", "single"))) for name, cfg in runs.items()]
+    pairs = list(run_roles(runs).items())
     rank = {role: i for i, role in enumerate(ROLE_ORDER)}
     return sorted(pairs, key=lambda pair: rank.get(pair[1], len(ROLE_ORDER)))
-
-
-def _configured_steps(cfg: Mapping[str, Any] | None) -> list[int]:
-    steps = (cfg or {}).get("steps")
-    if isinstance(steps, int) and not isinstance(steps, bool):
-        return [steps]
-    return sorted(int(s) for s in steps) if isinstance(steps, list | tuple) else []
 
 
 def fallback_fig3_steps(steps: Sequence[int]) -> list[int]:
@@ -111,7 +105,7 @@ def plan_figures(
     summary_by_step: pd.DataFrame,
     token_probability_mass_high_entropy: pd.DataFrame,
     pass1_for_figures: pd.DataFrame,
-    runs: dict[str, Any],
+    runs: StudyLayout | dict[str, Any],
     reporting: ReportingParams | dict[str, Any],
 ) -> dict[str, Any]:
     """Check the reporting inputs and decide what Figures 2 and 3 show.
@@ -127,7 +121,7 @@ def plan_figures(
         summary_by_step: one row per (run, step) (aggregation).
         token_probability_mass_high_entropy: one row per (run, step, word) (aggregation).
         pass1_for_figures: run, step, pass1, pass1_source (metrics).
-        runs: ``params:runs``.
+        runs: ``params:runs``, parsed (:class:`~hed.config.layout.StudyLayout`) or raw.
         reporting: ``params:reporting``.
 
     Returns:
@@ -149,7 +143,7 @@ def plan_figures(
     missing = [] if kind == PAPER else [_role_pair_gap(panels)]
     notes: list[str] = []
     for run, _ in panels:
-        missing += _summary_gaps(summary_by_step, run, _configured_steps(runs.get(run)))
+        missing += _summary_gaps(summary_by_step, run, list(configured_steps(runs, run)))
         gap, note = _pass1_gaps(pass1_for_figures, summary_by_step, run)
         if strict:  # a pass@1 missing at one plotted step is an error too (README)
             gap, note = gap + note, []
@@ -188,14 +182,14 @@ def plan_figures(
 
 
 def _figure2_steps(
-    summary: pd.DataFrame, runs: Mapping[str, Any], panels: list[tuple[str, str]]
+    summary: pd.DataFrame, runs: StudyLayout | Mapping[str, Any], panels: list[tuple[str, str]]
 ) -> list[int]:
     """Figure 2's step slots: every configured step and every summary step of the panels'
     runs, so that a step one run lacks shows as "no data" in its panel."""
     shown = [run for run, _ in panels]
     steps = set(summary.loc[summary["run"].isin(shown), "step"].astype(int))
     for run in shown:
-        steps.update(_configured_steps(runs.get(run)))
+        steps.update(list(configured_steps(runs, run)))
     return sorted(steps)
 
 

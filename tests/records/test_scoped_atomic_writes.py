@@ -16,7 +16,10 @@ import sys
 import textwrap
 
 from ..conftest import REPO_ROOT
-from ..s3_server import BUCKET, moto_s3, s3
+from ..s3_server import moto_s3, s3
+
+#: Its own bucket: moto keeps buckets process-wide, and the object-storage tests made theirs.
+BUCKET = "hed-scoped-writes"
 
 PROBE = textwrap.dedent(
     """
@@ -197,7 +200,7 @@ def test_settings_leave_fsspec_file_alone_and_the_runs_datasets_write_atomically
 
 
 def test_a_session_leaves_fsspec_s3_to_s3fs_and_hed_s3_datasets_round_trip(tmp_path):
-    with moto_s3() as _endpoint:  # AWS_ENDPOINT_URL for the probe's s3fs
+    with moto_s3(BUCKET) as _endpoint:  # AWS_ENDPOINT_URL for the probe's s3fs
         _probe(S3_PROBE, str(REPO_ROOT), str(tmp_path / "project"), BUCKET, cwd=tmp_path)
         objects = sorted(s3().find(BUCKET))
     assert objects == [

@@ -114,7 +114,7 @@ class TrainingSpec:
     torch_threads: int | None
     prompt_params: Mapping[str, Any]
     task: Mapping[str, Any]
-    reward: str = "integer_match"
+    reward: str = MiniRLParams.reward
 
     @property
     def max_steps(self) -> int:

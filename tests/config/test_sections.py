@@ -114,13 +114,15 @@ def test_the_sampling_defaults_have_one_source():
         if isinstance(stmt, ast.AnnAssign) and stmt.value is not None
     }
     compared = [k for k in SAMPLING_DEFAULTS if k != "max_new_tokens"]
-    assert {k: written[k] for k in compared} == {
-        k: f"SAMPLING_DEFAULTS[{k!r}]" for k in compared
-    }
+    assert {k: written[k] for k in compared} == {k: f"SAMPLING_DEFAULTS[{k!r}]" for k in compared}
     assert "max_new_tokens" not in written  # required: no default anywhere in code
     fields = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
     assert {k: fields[k] for k in compared} == {
-        "temperature": 1.0, "top_p": 1.0, "top_k": None, "seed": 0, "top_prob_k": 5
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": None,
+        "seed": 0,
+        "top_prob_k": 5,
     }
 
 

@@ -136,3 +136,25 @@ def test_reporting_is_handed_parsed_with_the_figure_style_defaults_filled_in():
     assert ReportingParams.of(parsed) is parsed
     # a node written for the dict still reads the section as configured
     assert reporting_section(parsed) == {"top_n_words": 5, "figure2": {"dpi": 100}}
+
+
+def test_the_backend_and_dtype_defaults_have_one_source():
+    """generation.backend and generation.dtype: the shard-reuse comparison, the typed section
+    and the key list read records.shard_metadata.DECODING_DEFAULTS."""
+    import ast
+    import inspect
+
+    from hed.config import params as params_module
+    from hed.records import shard_metadata
+
+    assert shard_metadata.DECODING_DEFAULTS == {"backend": "hf", "dtype": "by_device"}
+    assert SECTIONS["generation"]["backend"] == "hf"
+    assert SECTIONS["generation"]["dtype"] == "by_device"
+    assert params_module.GenerationParams.backend == "hf"
+    for module, times in ((shard_metadata, 1), (params_module, 0)):  # 1: the table itself
+        literals = [
+            node.value
+            for node in ast.walk(ast.parse(inspect.getsource(module)))
+            if isinstance(node, ast.Constant) and node.value in ("hf", "by_device")
+        ]
+        assert sorted(literals) == sorted(["hf", "by_device"] * times), module.__name__

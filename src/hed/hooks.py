@@ -97,7 +97,7 @@ class ProjectHooks:
         """Parse parameters up front (:func:`parsed_sections`); with
         ``--only-missing-outputs``, refuse stale shards (:func:`check_reused_shards`); then
         hand the parsed sections to the nodes (:func:`hand_to_nodes`)."""
-        parsed = parsed_sections(pipeline, catalog)
+        parsed = parsed_sections(pipeline, catalog, self._data_root)
         if run_params.get("only_missing_outputs"):
             check_reused_shards(pipeline, catalog)
         hand_to_nodes(catalog, parsed)

@@ -171,3 +171,17 @@ def test_a_bad_run_is_refused_in_one_line(runs, message):
     with pytest.raises(ConfigError) as caught:
         StudyLayout.of(runs)
     assert str(caught.value) == message
+
+
+def test_panel_order_is_by_role_then_configuration_order_parsed_or_raw():
+    from hed.config.layout import PANEL_ORDER, StudyLayout, panel_runs
+
+    raw = {
+        "s": {"checkpoint_root": "x", "steps": [0]},
+        "w2": {"checkpoint_root": "x", "steps": [0], "role": "with_clip"},
+        "wo": {"checkpoint_root": "x", "steps": [0], "role": "without_clip"},
+        "w1": {"checkpoint_root": "x", "steps": [0], "role": "with_clip"},
+    }
+    expected = [("wo", "without_clip"), ("w2", "with_clip"), ("w1", "with_clip"), ("s", "single")]
+    assert panel_runs(raw) == panel_runs(StudyLayout.of(raw)) == expected
+    assert PANEL_ORDER == ("without_clip", "with_clip", "single")

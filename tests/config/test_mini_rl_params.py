@@ -104,9 +104,21 @@ def test_the_pre_run_check_hands_both_sections_to_the_nodes():
     catalog = DataCatalog(
         {"params:mini_rl": MemoryDataset(raw), "params:mini_rl.task": MemoryDataset(task)}
     )
-    parsed = parsed_sections(pipeline, catalog)
+    parsed = parsed_sections(pipeline, catalog, "/study/data")
     assert hand_to_nodes(catalog, parsed) == ["params:mini_rl", "params:mini_rl.task"]
-    assert catalog.load("params:mini_rl") == mini_rl_params(raw)
+    assert catalog.load("params:mini_rl") == mini_rl_params(raw, "/study/data")
     assert catalog.load("params:mini_rl.task") == TaskParams(
         num_train=8, num_validation=4, kinds=("add",)
     )
+
+
+def test_the_pre_run_check_puts_mini_rl_wandb_runs_under_the_run_data_root():
+    """``mini_rl.wandb.dir`` left out: the run's data root (handed by the hook), so the
+    training node never asks the layout for it."""
+    from hed.config.mini_rl import mini_rl_params
+
+    section = {"base_model": {"model_dir": "m"}, "runs": {"a": {}}}
+    assert mini_rl_params(section, "/study/data").wandb.dir == "/study/data/01_raw/wandb"
+    assert mini_rl_params(section).wandb.dir is None
+    given = {**section, "wandb": {"dir": "/elsewhere"}}
+    assert mini_rl_params(given, "/study/data").wandb.dir == "/elsewhere"

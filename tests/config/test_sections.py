@@ -114,13 +114,15 @@ def test_the_sampling_defaults_have_one_source():
         if isinstance(stmt, ast.AnnAssign) and stmt.value is not None
     }
     compared = [k for k in SAMPLING_DEFAULTS if k != "max_new_tokens"]
-    assert {k: written[k] for k in compared} == {
-        k: f"SAMPLING_DEFAULTS[{k!r}]" for k in compared
-    }
+    assert {k: written[k] for k in compared} == {k: f"SAMPLING_DEFAULTS[{k!r}]" for k in compared}
     assert "max_new_tokens" not in written  # required: no default anywhere in code
     fields = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
     assert {k: fields[k] for k in compared} == {
-        "temperature": 1.0, "top_p": 1.0, "top_k": None, "seed": 0, "top_prob_k": 5
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": None,
+        "seed": 0,
+        "top_prob_k": 5,
     }
 
 
@@ -134,3 +136,25 @@ def test_reporting_is_handed_parsed_with_the_figure_style_defaults_filled_in():
     assert ReportingParams.of(parsed) is parsed
     # a node written for the dict still reads the section as configured
     assert reporting_section(parsed) == {"top_n_words": 5, "figure2": {"dpi": 100}}
+
+
+def test_the_backend_and_dtype_defaults_have_one_source():
+    """generation.backend and generation.dtype: the shard-reuse comparison, the typed section
+    and the key list read records.shard_metadata.DECODING_DEFAULTS."""
+    import ast
+    import inspect
+
+    from hed.config import params as params_module
+    from hed.records import shard_metadata
+
+    assert shard_metadata.DECODING_DEFAULTS == {"backend": "hf", "dtype": "by_device"}
+    assert SECTIONS["generation"]["backend"] == "hf"
+    assert SECTIONS["generation"]["dtype"] == "by_device"
+    assert params_module.GenerationParams.backend == "hf"
+    for module, times in ((shard_metadata, 1), (params_module, 0)):  # 1: the table itself
+        literals = [
+            node.value
+            for node in ast.walk(ast.parse(inspect.getsource(module)))
+            if isinstance(node, ast.Constant) and node.value in ("hf", "by_device")
+        ]
+        assert sorted(literals) == sorted(["hf", "by_device"] * times), module.__name__

@@ -429,3 +429,30 @@ def test_offline_wandb_run_restores_the_environment(tmp_path, monkeypatch):
 def test_fixed_trainer_arguments_keep_trl_from_saving_its_own_checkpoints():
     assert mini_config.FIXED_TRAINER_ARGS["save_strategy"] == "no"
     assert mini_config.FIXED_TRAINER_ARGS["use_cpu"] is True
+
+
+def test_the_shipped_mini_dapo_parameters_give_the_same_specs_parsed_or_raw():
+    """conf/mini_dapo as the pre-run check hands it (MiniRLParams, the StudyLayout, the parsed
+    prompts): the same training specifications, so the same fingerprints (no retrain)."""
+    from hed.config.layout import StudyLayout
+    from hed.config.loader import HEDConfigLoader
+    from hed.config.mini_rl import mini_rl_params
+    from hed.config.prompt_params import prompts_params
+
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    params = HEDConfigLoader(
+        conf_source=str(conf), base_env="base", default_run_env="local", env="mini_dapo"
+    )["parameters"]
+    raw = training_specs(params["mini_rl"], params["runs"], params["prompts"],
+                         check_trainer_args=False)  # fmt: skip
+    parsed = training_specs(
+        mini_rl_params(params["mini_rl"]),
+        StudyLayout.of(params["runs"], params["generation"]),
+        prompts_params(params["prompts"]),
+        check_trainer_args=False,
+    )
+    assert parsed == raw and [s.run for s in parsed] == [
+        "mini_dapo_without_clip", "mini_dapo_with_clip"
+    ]  # fmt: skip
+    assert [s.fingerprint("d", "m") for s in parsed] == [s.fingerprint("d", "m") for s in raw]
+    assert parsed[0].save_steps == (0, 8, 16, 24) and parsed[0].validation_batch_size == 16

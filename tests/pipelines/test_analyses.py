@@ -234,3 +234,23 @@ def test_the_nodes_give_the_same_from_the_dict_and_the_parsed_section(caplog):
     assert tables[0]["within_tolerance"].tolist() == [True, False]  # |0.2| ≤ 0.25 < |−0.5|
     for source in (raw, parsed):
         assert nodes.plot_runs_comparison_png(comparisons[0], source).dpi == 30
+
+
+def test_trainer_entropy_is_the_same_from_the_parsed_metrics_and_the_raw_dict(monkeypatch):
+    from hed.pass1 import wandb_online
+    from hed.pass1.config import metrics_params
+    from hed.pipelines.analyses.nodes import fetch_trainer_entropy
+    from tests.pass1.test_pass1_sources import FakeApi, FakeRun
+
+    step_key = "training/global_step"
+    rows = [{"_step": s, step_key: s, "actor/entropy": 1.0 / (s + 1)} for s in (0, 10, 20)]
+    api = FakeApi({"ent/proj/abc": FakeRun(rows)})
+    monkeypatch.setattr(wandb_online, "default_api_factory", lambda **kwargs: api)
+    raw = {"runs": {"r": {"sources": {"wandb": {"run": "ent/proj/abc"}}}}}
+    from_raw = fetch_trainer_entropy(raw, {}, pd.DataFrame(), run="r")
+    from_parsed = fetch_trainer_entropy(metrics_params(raw), {}, pd.DataFrame(), run="r")
+    pd.testing.assert_frame_equal(from_raw, from_parsed)
+    assert from_parsed["step"].tolist() == [0, 10, 20]
+    assert from_parsed["trainer_entropy"].tolist() == [1.0, 1 / 11, 1 / 21]
+    # a run without a W&B source: no row, from either
+    assert fetch_trainer_entropy(metrics_params(raw), {}, pd.DataFrame(), run="other").empty

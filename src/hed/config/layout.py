@@ -42,6 +42,8 @@ from hed.errors import CheckpointError, ConfigError
 logger = logging.getLogger(__name__)
 
 ROLES = ("with_clip", "without_clip", "single")
+#: The order of the runs in the figures' panels, by role (Figures 2 and 3, the dynamics figures).
+PANEL_ORDER = ("without_clip", "with_clip", "single")
 _RUN_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 
 #: The data root of the base environment (``conf/base/globals.yml``).
@@ -124,6 +126,13 @@ def run_roles(runs: StudyLayout | Mapping[str, Any]) -> dict[str, str]:
     return {
         str(name): str((cfg or {}).get("role", RUN_DEFAULTS["role"])) for name, cfg in runs.items()
     }
+
+
+def panel_runs(runs: StudyLayout | Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(run, role)`` of ``params:runs`` (parsed or raw) in panel order: without_clip,
+    with_clip, single (:data:`PANEL_ORDER`); configuration order within a role."""
+    rank = {role: i for i, role in enumerate(PANEL_ORDER)}
+    return sorted(run_roles(runs).items(), key=lambda pair: rank.get(pair[1], len(PANEL_ORDER)))
 
 
 def configured_steps(runs: StudyLayout | Mapping[str, Any], run: str) -> tuple[int, ...]:

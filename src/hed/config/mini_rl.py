@@ -75,6 +75,10 @@ class TrainingWandbParams:
     project: str = "hed-mini-rl"
 
 
+#: Where ``mini_rl.wandb.dir`` left out puts the offline runs, under the data root.
+WANDB_SUBDIR = "01_raw/wandb"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ValidationParams:
     """``mini_rl.validation``: the greedy held-out pass@1 logged at every checkpoint.
@@ -177,17 +181,22 @@ def _validation(value: Any) -> ValidationParams:
     )
 
 
-def _wandb(value: Any) -> TrainingWandbParams:
+def _wandb(value: Any, data_root: str | None) -> TrainingWandbParams:
     raw = mapping(value, "mini_rl.wandb")
-    folder = raw.get("dir")
+    folder = raw.get("dir") or (f"{data_root}/{WANDB_SUBDIR}" if data_root else None)
     return TrainingWandbParams(
         dir=None if not folder else str(folder),
         project=_text(raw.get("project", TrainingWandbParams.project), "mini_rl.wandb.project"),
     )
 
 
-def mini_rl_params(value: Any) -> MiniRLParams:
+def mini_rl_params(value: Any, data_root: str | None = None) -> MiniRLParams:
     """Check ``params:mini_rl`` (see :class:`MiniRLParams`).
+
+    Args:
+        value: the section as configured.
+        data_root: the run's data root; ``mini_rl.wandb.dir`` left out becomes
+            ``<data_root>/01_raw/wandb`` (None: left None, resolved where it is used).
 
     Raises:
         ConfigError: the section or a sub-section not a mapping; ``mini_rl.runs`` empty;
@@ -211,7 +220,7 @@ def mini_rl_params(value: Any) -> MiniRLParams:
         runs={name: mapping(cfg, f"mini_rl.runs.{name}") for name, cfg in runs.items()},
         training=mapping(raw.get("training"), "mini_rl.training"),
         task=task_params(raw["task"]) if raw.get("task") is not None else None,
-        wandb=_wandb(raw.get("wandb")),
+        wandb=_wandb(raw.get("wandb"), data_root),
         validation=_validation(raw.get("validation")),
         reward=_text(raw.get("reward") or MiniRLParams.reward, "mini_rl.reward"),
         torch_threads=positive_int(

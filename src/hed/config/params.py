@@ -49,6 +49,7 @@ from hed.core.validators import (
 from hed.decode.backend import BACKENDS, check_backend_name
 from hed.decode.types import SamplingParams, VLLMSettings
 from hed.errors import ConfigError
+from hed.records.shard_metadata import DECODING_DEFAULTS
 
 # ------------------------------------------------------------------ typed sections
 
@@ -76,7 +77,7 @@ class GenerationParams:
     dtype: str
     raw: Mapping[str, Any]
     sampling: SamplingParams | None = None
-    backend: str = "hf"
+    backend: str = DECODING_DEFAULTS["backend"]
     vllm: VLLMSettings | None = None
     torch_threads: int | None = None
     log_every_s: float | None = None

@@ -146,7 +146,7 @@ def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
     return list(parsed_sections(pipeline, catalog))
 
 
-def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
+def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -> dict[str, Any]:
     """Parse every parameter section the pipeline reads, once, before the first node runs.
 
     A bad ``aggregation.top_entropy_frac`` or ``reporting.top_n_words`` would otherwise
@@ -168,6 +168,9 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
     Args:
         pipeline: the pipeline about to run.
         catalog: the run's catalog (holds ``params:<section>``).
+        data_root: the run's data root (the hook passes the session's; None:
+            :func:`hed.config.layout.data_root`): the W&B export folder and mini_rl's default
+            W&B folder lie under it.
 
     Returns:
         ``{section: parsed}`` in check order: a :class:`~hed.config.layout.StudyLayout` for
@@ -186,6 +189,7 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
     from hed.analysis.rescoring import rescoring_section
 
     datasets = pipeline.datasets()
+    root = layout.data_root() if data_root is None else data_root
 
     def load(name: str) -> Any:
         return catalog.load(f"params:{name}") if f"params:{name}" in catalog else None
@@ -223,10 +227,10 @@ def parsed_sections(pipeline: Any, catalog: Any) -> dict[str, Any]:
         parsed["metrics"] = metrics_params(
             load("metrics"),
             runs=list(runs) if isinstance(runs, Mapping) else None,
-            export_dir=f"{layout.data_root()}/{EXPORT_DIR}",
+            export_dir=f"{root}/{EXPORT_DIR}",
         )
     if "params:mini_rl" in datasets:
-        parsed["mini_rl"] = mini_rl_params(load("mini_rl"))
+        parsed["mini_rl"] = mini_rl_params(load("mini_rl"), root)
     if "params:mini_rl.task" in datasets:
         parsed["mini_rl.task"] = task_params(load("mini_rl.task"))
     return parsed

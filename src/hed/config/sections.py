@@ -50,6 +50,7 @@ from hed.decode.prompts import DUPLICATE_POLICIES, PromptRendering
 from hed.decode.types import SamplingParams, VLLMSettings
 from hed.errors import ConfigError
 from hed.pass1.config import MetricsParams, WandbDefaults
+from hed.records.shard_metadata import DECODING_DEFAULTS
 
 
 def _defaults_of(cls: type, *, skip: Sequence[str] = ()) -> dict[str, Any]:
@@ -100,10 +101,10 @@ SECTIONS: dict[str, dict[str, Any]] = {
         "num_shards": 1,
         "samples_per_prompt": ...,
         **_defaults_of(SamplingParams),  # temperature, top_p, top_k, max_new_tokens, ...
-        "dtype": "by_device",
+        "dtype": DECODING_DEFAULTS["dtype"],
         "torch_threads": None,
         "log_every_s": 30,
-        "backend": "hf",
+        "backend": DECODING_DEFAULTS["backend"],
         "vllm": {},
     },
     "generation.vllm": _defaults_of(VLLMSettings),

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hed.config.layout import StudyLayout, configured_steps, data_root, run_roles
-from hed.config.mini_rl import MiniRLParams, mapping
+from hed.config.mini_rl import WANDB_SUBDIR, MiniRLParams, mapping
 from hed.config.params import positive_int
 from hed.config.prompt_params import PromptsParams
 from hed.errors import ConfigError
@@ -114,7 +114,7 @@ class TrainingSpec:
     torch_threads: int | None
     prompt_params: Mapping[str, Any]
     task: Mapping[str, Any]
-    reward: str = "integer_match"
+    reward: str = MiniRLParams.reward
 
     @property
     def max_steps(self) -> int:
@@ -197,7 +197,7 @@ def training_specs(
     prompt = PromptsParams.of(prompt_params).rendering_keys()  # the keys of PROMPT_KEYS
     known = _grpo_fields() if check_trainer_args else None
     grader(params.reward)  # an unknown name fails here, before any training
-    wandb_root = params.wandb.dir or f"{data_root()}/01_raw/wandb"
+    wandb_root = params.wandb.dir or f"{data_root()}/{WANDB_SUBDIR}"  # a dict given: conf/'s
     specs = []
     for name, overrides in params.runs.items():
         where = f"mini_rl.runs.{name}"

@@ -65,6 +65,11 @@ SAMPLING_DEFAULTS: dict[str, Any] = {
     "top_prob_k": 5,
 }
 
+#: ``generation.backend`` and ``generation.dtype`` defaults (compared too): the one table of
+#: them (:class:`hed.config.params.GenerationParams` and the generation section's key list read
+#: it; ``by_device``: bfloat16 where the device has it natively, else float32).
+DECODING_DEFAULTS: dict[str, str] = {"backend": "hf", "dtype": "by_device"}
+
 #: ``generation`` parameters recorded but deliberately not compared (see the module docstring).
 NOT_COMPARED = ("batch_size", "torch_threads", "log_every_s", "device", "hed_version")
 
@@ -263,12 +268,12 @@ def _stale_sampling(recorded: dict[str, Any], generation: dict[str, Any]) -> Sta
             return _field(f"generation.{name}", then, now)
     backend = recorded.get("backend")
     if isinstance(backend, dict) and "name" in backend:
-        now = generation.get("backend", "hf")
+        now = generation.get("backend", DECODING_DEFAULTS["backend"])
         if backend["name"] != now:
             return _field("generation.backend", backend["name"], now)
     if "dtype" in recorded:
         device = str(recorded.get("device", "cpu"))
-        configured = generation.get("dtype", "by_device")
+        configured = generation.get("dtype", DECODING_DEFAULTS["dtype"])
         model_dir = (recorded.get("checkpoint") or {}).get("model_dir")
         try:
             now = effective_dtype(configured, device, model_dir)

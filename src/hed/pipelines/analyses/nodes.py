@@ -24,7 +24,8 @@ from hed.config.analysis_params import AnalysesParams
 from hed.config.layout import StudyLayout, run_roles
 from hed.config.params import GenerationParams
 from hed.errors import InputDataError
-from hed.pass1.sources import parse_run_config, read_wandb_history, read_wandb_offline_history
+from hed.pass1.config import MetricsParams
+from hed.pass1.sources import read_wandb_history, read_wandb_offline_history
 from hed.report import analysis_figures
 
 logger = logging.getLogger(__name__)
@@ -178,7 +179,7 @@ def plot_runs_comparison_png(
 
 
 def fetch_trainer_entropy(
-    metrics_params: dict[str, Any],
+    metrics_params: MetricsParams | dict[str, Any],
     analyses: AnalysesParams | dict[str, Any],
     pass1: pd.DataFrame,
     *,
@@ -201,7 +202,7 @@ def fetch_trainer_entropy(
     """
     key = AnalysesParams.of(analyses).trainer_entropy.metric_key
     empty = pd.DataFrame({"run": [], "step": [], "trainer_entropy": []})
-    spec = parse_run_config(metrics_params, run).wandb_source
+    spec = MetricsParams.of(metrics_params).run(run).wandb_source
     if spec is None:
         logger.info("run %s: no W&B source, so no trainer entropy (%s)", run, key)
         return empty

@@ -11,7 +11,6 @@ logged; nothing is computed from it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,7 @@ from matplotlib.figure import Figure
 from hed.analysis.correctness import correctness_values, entropy_by_correctness
 from hed.analysis.covariance import TOP_TOKEN_COLUMNS, step_covariance
 from hed.config.analysis_params import DynamicsParams
-from hed.config.layout import StudyLayout, run_roles
+from hed.config.layout import StudyLayout, panel_runs
 from hed.config.params import AggregationParams, lexicon_param
 from hed.core.advantage import response_advantages
 from hed.errors import InputDataError
@@ -33,8 +32,6 @@ logger = logging.getLogger(__name__)
 
 #: ``skipped`` reason of a step whose responses are all ungraded.
 NO_GRADING = "no graded response (no prompt of the step has a reference answer)"
-#: Panel order of the figures, as in Figure 2.
-ROLE_ORDER = ("without_clip", "with_clip", "single")
 
 
 def _step_of(entropy_thresholds: pd.DataFrame) -> tuple[str, int, int]:
@@ -261,14 +258,6 @@ def warn_single_sample_groups(advantage_covariance_by_step: pd.DataFrame) -> lis
             ", ".join(runs),
         )
     return runs
-
-
-def panel_runs(runs: StudyLayout | Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(run, role)`` in panel order: without_clip, with_clip, single; config order within
-    (``params:runs`` parsed or raw)."""
-    pairs = list(run_roles(runs).items())
-    rank = {role: i for i, role in enumerate(ROLE_ORDER)}
-    return sorted(pairs, key=lambda pair: rank.get(pair[1], len(ROLE_ORDER)))
 
 
 def _figure_style(dynamics: DynamicsParams | dict[str, Any]) -> tuple[tuple[float, float], int]:

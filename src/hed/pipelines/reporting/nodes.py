@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from hed.config.layout import StudyLayout, configured_steps, run_roles
+from hed.config.layout import StudyLayout, configured_steps, panel_runs, run_roles
 from hed.config.params import ReportingParams
 from hed.errors import ConfigError
 from hed.io import provenance
@@ -50,8 +50,6 @@ FIGURE3_COLUMNS = [
 ]
 PAPER = "paper_reproduction"
 SINGLE = "single_run_diagnostic"
-#: Panel order of Figure 2 (left to right) and row order of Figure 3.
-ROLE_ORDER = ("without_clip", "with_clip", "single")
 #: Tie-break of the Figure 3 ranking: share ↓, then count ↓, then word ↑ (alphabetical).
 RANK_ORDER = (("sampled_prob_share", False), ("count", False), ("word", True))
 # ------------------------------------------------------------------ configuration helpers
@@ -67,13 +65,6 @@ def figure2_kind(runs: StudyLayout | Mapping[str, Any]) -> str:
 def figure2_dataset(runs: StudyLayout | Mapping[str, Any]) -> str:
     """Catalog name of the Figure 2 table for ``runs``: ``figure2_<kind>`` (file ``<name>.csv``)."""
     return f"figure2_{figure2_kind(runs)}"
-
-
-def panel_runs(runs: StudyLayout | Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(run, role)`` in panel order: without_clip, with_clip, single; config order within."""
-    pairs = list(run_roles(runs).items())
-    rank = {role: i for i, role in enumerate(ROLE_ORDER)}
-    return sorted(pairs, key=lambda pair: rank.get(pair[1], len(ROLE_ORDER)))
 
 
 def fallback_fig3_steps(steps: Sequence[int]) -> list[int]:

@@ -87,10 +87,17 @@ def test_both_backends_implement_the_one_contract():
         ]  # fmt: skip
 
 
-def test_the_benches_engine_has_the_contracts_call_shape():
+def test_the_implementations_keep_the_contracts_call_shape():
     """``RecordingEngine.generate`` (benchmarks keep one vLLM engine for several calls) takes the
-    contract's arguments in the contract's order; what it adds is keyword-only, with defaults."""
+    contract's arguments in the contract's order; what it adds is keyword-only, with defaults.
+    The hf implementation takes its model and tokenizer, then the contract's arguments; the
+    rest is keyword-only (no positional EOS list, progress or skip)."""
+    from hed.decode.hf import generate_sequences
     from hed.decode.vllm import RecordingEngine
+
+    hf = inspect.signature(generate_sequences).parameters
+    assert list(hf)[:5] == ["model", "tokenizer", "prompts", "samples_per_prompt", "params"]
+    assert {hf[name].kind for name in list(hf)[5:]} == {inspect.Parameter.KEYWORD_ONLY}
 
     parameters = inspect.signature(RecordingEngine.generate).parameters
     contract = inspect.signature(DecodingBackend.generate).parameters
@@ -185,7 +192,9 @@ def test_the_hf_backend_yields_what_generate_sequences_yields(tiny_model_dir):
         special = backend.special_ids
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir, "float32", "cpu")
     eos = checkpoint_eos_token_ids(model, tokenizer)
-    want = list(generate_sequences(model, tokenizer, prompts, 2, SAMPLING, eos, skip={(0, 1)}))
+    want = list(
+        generate_sequences(model, tokenizer, prompts, 2, SAMPLING, eos_token_ids=eos, skip={(0, 1)})
+    )
     assert [(s.prompt_index, s.sample_index) for s in got] == [(0, 0), (1, 0), (1, 1)]
     for a, b in zip(got, want, strict=True):
         assert a.token_ids.tolist() == b.token_ids.tolist()

@@ -121,7 +121,7 @@ def float64_reference(output, row: int, n: int, *, temperature: float, k: int, p
 def test_records_equal_float64_values_of_the_decode_logits(request, prompts, dtype):
     model, tokenizer = request.getfixturevalue("fp32_model" if dtype == "float32" else "bf16_model")
     params = SamplingParams(temperature=0.8, max_new_tokens=40, top_prob_k=4, batch_size=9, seed=3)
-    records = list(generate_sequences(model, tokenizer, prompts, 3, params, MANY_EOS))
+    records = list(generate_sequences(model, tokenizer, prompts, 3, params, eos_token_ids=MANY_EOS))
     output, _, prompt_len = rerun_with_logits(
         model, tokenizer, prompts, 3, params=params, eos=MANY_EOS
     )
@@ -218,7 +218,7 @@ def test_batched_and_unbatched_records_agree(fp32_model, prompts):
                 prompts,
                 2,
                 SamplingParams(max_new_tokens=30, batch_size=size, temperature=0.9),
-                MANY_EOS,
+                eos_token_ids=MANY_EOS,
             )
         )
         for size in (1, 4, 6)
@@ -244,7 +244,7 @@ def test_seeds(fp32_model, prompts):
 
     def run(seed):
         params = SamplingParams(max_new_tokens=16, seed=seed)
-        return list(generate_sequences(model, tokenizer, prompts[:1], 2, params, [2]))
+        return list(generate_sequences(model, tokenizer, prompts[:1], 2, params, eos_token_ids=[2]))
 
     first, again, other = run(7), run(7), run(8)
     for a, b in zip(first, again, strict=True):
@@ -265,7 +265,7 @@ def test_progress_sees_token_counts_rise_within_a_batch(fp32_model, prompts):
         prompts,
         2,
         SamplingParams(max_new_tokens=5, batch_size=4),
-        [],  # no EOS: every response has exactly max_new_tokens tokens
+        eos_token_ids=[],  # no EOS: every response has exactly max_new_tokens tokens
         progress=lambda done, tokens: calls.append((done, tokens)),
     )
     first = next(results)  # a generator: the first batch is ready before the rest runs
@@ -281,12 +281,18 @@ def test_progress_stops_counting_a_row_at_its_eos(fp32_model, prompts):
     params = SamplingParams(max_new_tokens=12, batch_size=6, temperature=2.0)
     # EOS = the 4th token of the first response of a run without EOS: that row ends by step 4
     # (tokens before an EOS do not depend on it), the others later or at max_new_tokens
-    free = list(generate_sequences(model, tokenizer, prompts, 2, params, []))
+    free = list(generate_sequences(model, tokenizer, prompts, 2, params, eos_token_ids=[]))
     eos = [int(free[0].token_ids[3])]
     calls = []
     sequences = list(
         generate_sequences(
-            model, tokenizer, prompts, 2, params, eos, progress=lambda *c: calls.append(c)
+            model,
+            tokenizer,
+            prompts,
+            2,
+            params,
+            eos_token_ids=eos,
+            progress=lambda *c: calls.append(c),
         )
     )
     in_batch = [tokens for done, tokens in calls if done == 0]
@@ -301,9 +307,11 @@ def test_progress_stops_counting_a_row_at_its_eos(fp32_model, prompts):
 def test_skipped_pairs_are_not_generated_and_the_rest_is_unchanged(fp32_model, prompts):
     model, tokenizer = fp32_model
     params = SamplingParams(max_new_tokens=6, batch_size=2)
-    full = list(generate_sequences(model, tokenizer, prompts, 2, params, []))
+    full = list(generate_sequences(model, tokenizer, prompts, 2, params, eos_token_ids=[]))
     skip = {(0, 0), (0, 1), (1, 0)}  # batch 0 whole, half of batch 1
-    rest = list(generate_sequences(model, tokenizer, prompts, 2, params, [], skip=skip))
+    rest = list(
+        generate_sequences(model, tokenizer, prompts, 2, params, eos_token_ids=[], skip=skip)
+    )
     assert [(s.prompt_index, s.sample_index) for s in rest] == [(1, 1), (2, 0), (2, 1)]
     for got in rest:
         [want] = [
@@ -354,7 +362,7 @@ def test_nan_logits_raise(tiny_model_dir, prompts):
         model.lm_head.weight[123] = math.nan
     params = SamplingParams(max_new_tokens=4)
     with pytest.raises(NonFiniteLogitsError, match=r"^NaN logits at decode step 0 .*float32$"):
-        list(generate_sequences(model, tokenizer, prompts[:1], 1, params, [2]))
+        list(generate_sequences(model, tokenizer, prompts[:1], 1, params, eos_token_ids=[2]))
 
 
 def test_load_model_and_tokenizer(tiny_model_dir, tmp_path):

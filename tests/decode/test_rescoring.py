@@ -150,7 +150,7 @@ def test_demo_model_reproduces_its_decode_time_records_in_float32(smollm2_dir):
         for i, t in enumerate(texts)
     ]
     params = SamplingParams(max_new_tokens=24, top_prob_k=5, seed=1, batch_size=8)
-    generated = list(generate_sequences(model, tokenizer, prompts, 2, params, eos))
+    generated = list(generate_sequences(model, tokenizer, prompts, 2, params, eos_token_ids=eos))
     items = [
         ResponseToScore(
             s.prompt_index,

@@ -78,7 +78,9 @@ def test_hf_mass_columns_equal_a_float64_softmax_sum(peaked_model_dir, tokenizer
     params = SamplingParams(temperature=temperature, max_new_tokens=16, batch_size=4, seed=2)
     prompts = chat_prompts(tokenizer)
     sequences = list(
-        generate_sequences(model, tokenizer, prompts, 2, params, MANY_EOS, mass_ids=ids)
+        generate_sequences(
+            model, tokenizer, prompts, 2, params, eos_token_ids=MANY_EOS, mass_ids=ids
+        )
     )
     assert len(sequences) == 4
     seen = []
@@ -103,5 +105,7 @@ def test_hf_mass_columns_equal_a_float64_softmax_sum(peaked_model_dir, tokenizer
 def test_without_mass_ids_the_columns_are_none(tiny_model_dir, tokenizer):
     model, _ = load_model_and_tokenizer(tiny_model_dir, "float32", "cpu")
     params = SamplingParams(max_new_tokens=3, seed=0)
-    (seq,) = generate_sequences(model, tokenizer, chat_prompts(tokenizer)[:1], 1, params, [2])
+    (seq,) = generate_sequences(
+        model, tokenizer, chat_prompts(tokenizer)[:1], 1, params, eos_token_ids=[2]
+    )
     assert seq.anthropomorphic_mass is None and seq.reasoning_mass is None

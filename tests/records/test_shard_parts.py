@@ -51,7 +51,7 @@ def sequences(tiny_model_dir, tokenizer):
         PromptInput(prompt_index=i, prompt_id=f"q{i}", text=f"What is {i} + {i}?") for i in range(3)
     ]
     params = SamplingParams(max_new_tokens=7, batch_size=2, top_prob_k=3)
-    return list(generate_sequences(model, tok, prompts, 2, params, [2]))
+    return list(generate_sequences(model, tok, prompts, 2, params, eos_token_ids=[2]))
 
 
 def assert_same(got, want):

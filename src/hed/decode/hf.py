@@ -154,12 +154,13 @@ def record_batch(
 # --------------------------------------------------------------------------- generation
 
 
-def generate_sequences(  # noqa: PLR0917 - the call shape the generation node uses
+def generate_sequences(
     model,
     tokenizer,
     prompts: Sequence[PromptInput],
     samples_per_prompt: int,
     params: SamplingParams,
+    *,
     eos_token_ids: Sequence[int],
     progress: Callable[[int, int], None] | None = None,
     skip: Collection[tuple[int, int]] = (),
@@ -431,9 +432,9 @@ class HFBackend(DecodingBackend):
             prompts,
             samples_per_prompt,
             sampling,
-            self.eos_token_ids,
-            progress,
-            skip,
+            eos_token_ids=self.eos_token_ids,
+            progress=progress,
+            skip=skip,
             mass_ids=self.mass_ids,
         )
 

@@ -88,3 +88,16 @@ def run_sleeper(work_dir: str) -> None:
         datasets={"slept": JSONDataset(filepath=str(Path(work_dir) / "slept.json"))}
     )
     GPURunner(gpus="0").run(pipeline, catalog)
+
+
+def shard_from(prompts: Any, checkpoints: dict[str, Any]) -> Any:
+    """A small table from a prompts DataFrame and a checkpoints dict (``test_task_pickling``).
+
+    Returns:
+        ``pa.Table`` with columns ``prompt_id`` (int64) and ``checkpoint`` (string): one row per
+        prompt, each naming ``checkpoints["path"]``.
+    """
+    import pyarrow as pa
+
+    ids = [int(i) for i in prompts["prompt_id"]]
+    return pa.table({"prompt_id": ids, "checkpoint": [checkpoints["path"]] * len(ids)})

@@ -23,7 +23,6 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from multiprocessing.connection import wait as wait_for_ready
-from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any
 
 from kedro.framework import project as kedro_project
@@ -34,6 +33,7 @@ from hed.runners.process import (
     child_main,
     describe_exit,
     failure_reason,
+    pickle_task,
     signal_group,
     traceback_to_log,
 )
@@ -286,7 +286,7 @@ class NodeExecutor(Executor):
         # No hook manager (it cannot be pickled): the child builds its own from settings.HOOKS.
         child = Task(node=node, catalog=task.catalog, is_async=task.is_async, run_id=task.run_id)
         try:
-            payload = bytes(ForkingPickler.dumps(child))
+            payload = pickle_task(child)
         except Exception as exc:
             self.logger.exception("Node %s cannot be sent to a child process", node.name)
             return f"cannot pickle its task: {failure_reason(exc)}"

@@ -3,8 +3,9 @@
 :func:`child_main` is what :class:`hed.runners.executor.NodeExecutor` starts (spawn context) for
 each ``gpu`` node: it claims the device, leads a process group, sets up the project
 (``configure_project``, the parent's logging, :func:`project_hook_manager`) and runs the
-pickled Kedro ``Task``. :func:`failure_reason` and :func:`traceback_to_log` are what a runner
-reports about a failed node (also :mod:`hed.runners.ray`'s Ray tasks).
+pickled Kedro ``Task``; :func:`pickle_task` is how both runners (also :mod:`hed.runners.ray`)
+pickle it, so that datasets on an object store travel. :func:`failure_reason` and
+:func:`traceback_to_log` are what a runner reports about a failed node (also its Ray tasks).
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ import signal
 import sys
 import threading
 import traceback
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_ready
+from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any
 
+from fsspec import AbstractFileSystem
 from kedro.framework import project as kedro_project
 from kedro.framework.hooks.manager import (
     _create_hook_manager,
@@ -68,6 +72,53 @@ def child_main(  # noqa: PLR0917 - a Process target's arguments are positional
         result.send(("error", failure_reason(exc), traceback_to_log(exc)))
         sys.exit(1)
     result.send(("ok", _device_used(), ""))
+
+
+class TaskPickler(ForkingPickler):
+    """``ForkingPickler`` that pickles a filesystem's methods by the name they have on it.
+
+    kedro-datasets' file datasets keep ``fs.glob`` and ``fs.exists`` as attributes. On an async
+    filesystem (s3fs, gcsfs) those are made by ``fsspec.asyn.sync_wrapper``: ``glob`` is a
+    function set on the instance (``mirror_sync_methods``) that ``functools.wraps`` names
+    ``S3FileSystem._glob``, which plain pickle cannot find (``PicklingError``), and ``exists`` a
+    class attribute that pickle would send as ``getattr(fs, "_exists")``, the coroutine method
+    (a child's ``exists`` would return a coroutine, always true). Both are sent as
+    ``getattr(fs, "<public name>")`` here, and the filesystem by fsspec's own reduce (its class
+    and storage options), so the receiving process rebuilds the method on its own filesystem.
+    Nothing in fsspec or kedro-datasets is changed.
+    """
+
+    def reducer_override(self, obj: Any) -> Any:
+        named = filesystem_method_name(obj)
+        if named is None:
+            return NotImplemented
+        return getattr, named
+
+
+def filesystem_method_name(obj: Any) -> tuple[AbstractFileSystem, str] | None:
+    """``(fs, name)`` such that ``getattr(fs, name)`` is ``obj``, for a method of an fsspec
+    filesystem (bound, or ``sync_wrapper``'s function on the instance); else None."""
+    if isinstance(obj, types.MethodType) and isinstance(obj.__self__, AbstractFileSystem):
+        fs, func = obj.__self__, obj.__func__
+        names = (n for cls in type(fs).__mro__ for n, v in vars(cls).items() if v is func)
+    elif isinstance(obj, types.FunctionType) and isinstance(
+        getattr(getattr(obj, "__wrapped__", None), "__self__", None), AbstractFileSystem
+    ):
+        fs = obj.__wrapped__.__self__
+        names = (n for n, v in vars(fs).items() if v is obj)
+    else:
+        return None
+    name = next(names, None)
+    return None if name is None else (fs, name)
+
+
+def pickle_task(task: Task) -> bytes:
+    """``task`` (a node and the catalog of its datasets) pickled for another process.
+
+    Raises:
+        pickle.PicklingError, AttributeError, TypeError: something in it cannot be pickled.
+    """
+    return bytes(TaskPickler.dumps(task))
 
 
 def _device_used() -> str:

@@ -46,6 +46,7 @@ from hed.runners.executor import GPU_TAG, FailedNodesError, NodeExecutor
 from hed.runners.gpu import GPURunner
 from hed.runners.process import (
     failure_reason,
+    pickle_task,
     project_hook_manager,
     sigterm_as_exit,
     traceback_to_log,
@@ -194,7 +195,7 @@ class RayNodeExecutor(NodeExecutor):
             run_id=task.run_id,
         )
         try:
-            payload = pickle.dumps(child)
+            payload = pickle_task(child)
         except Exception as exc:
             self.logger.exception("Node %s cannot be sent to a Ray task", node.name)
             return f"cannot pickle its task: {failure_reason(exc)}"

@@ -16,14 +16,18 @@ import sys
 import pandas as pd
 import pyarrow as pa
 import pytest
-from kedro.io import DataCatalog, Version
-from kedro.pipeline import Node
+from kedro.framework.hooks.manager import _create_hook_manager
+from kedro.io import DataCatalog, MemoryDataset, Version
+from kedro.io.data_catalog import SharedMemoryDataCatalog
+from kedro.pipeline import Node, Pipeline
 from kedro.runner.task import Task
 from kedro_datasets.json import JSONDataset
 from kedro_datasets.pandas import ParquetDataset
 
+from hed.errors import ConfigError
 from hed.io.datasets import ArrowParquetDataset
 from hed.records.object_store import make_dataset_writes_atomic
+from hed.runners.gpu import GPURunner
 from hed.runners.process import pickle_task
 from tests import runner_nodes
 from tests.s3_server import moto_s3, s3
@@ -117,3 +121,20 @@ def test_a_task_pickled_for_a_gpu_node_runs_in_another_process(saved_inputs):
     assert table.equals(
         pa.table({"prompt_id": [3, 1, 2], "checkpoint": ["checkpoints/step_0"] * 3})
     )
+
+
+def test_gpu_runner_runs_the_s3_node_in_its_own_process(saved_inputs):
+    save_version = "2026-12-01T13.00.00.000Z"
+    task = gpu_task(save_version)
+    catalog = SharedMemoryDataCatalog(datasets={n: task.catalog[n] for n in task.catalog.keys()})
+    GPURunner(gpus="cpu").run(Pipeline([task.node]), catalog, _create_hook_manager())
+    table = gpu_task(save_version).catalog.load("shard").to_table()
+    assert table.column("prompt_id").to_pylist() == [3, 1, 2]
+
+
+def test_gpu_runner_names_a_dataset_that_cannot_be_pickled(saved_inputs):
+    task = gpu_task(SAVE_VERSION)
+    datasets = {n: task.catalog[n] for n in task.catalog.keys()}
+    catalog = SharedMemoryDataCatalog(datasets={**datasets, "odd": MemoryDataset(lambda: 1)})
+    with pytest.raises(ConfigError, match=r"^GPURunner: catalog dataset\(s\) odd \(.*lambda"):
+        GPURunner(gpus="cpu").run(Pipeline([task.node]), catalog, _create_hook_manager())

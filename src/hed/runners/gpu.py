@@ -40,7 +40,7 @@ from kedro.runner.parallel_runner import ParallelRunnerManager
 from hed.config.params import is_integer
 from hed.errors import ConfigError
 from hed.runners.executor import GPU_TAG, FailedNodesError, NodeExecutor, RunInterruptedError
-from hed.runners.process import exit_with_parent, sigterm_as_exit
+from hed.runners.process import exit_with_parent, failure_reason, pickle_task, sigterm_as_exit
 from hed.runners.resume import resume_command, resume_nodes
 from hed.runners.slots import GpuSpec, Slot, dispatch_key, raw_runner_param, resolve_slots
 
@@ -131,6 +131,30 @@ class GPURunner(ParallelRunner):
     def _validate_nodes(cls, nodes: Iterable[Node]) -> None:
         """Only the ``gpu`` nodes travel to another process, so only they must pickle."""
         super()._validate_nodes([node for node in nodes if GPU_TAG in node.tags])
+
+    @classmethod
+    def _validate_catalog(cls, catalog: SharedMemoryCatalogProtocol) -> None:  # type: ignore[override]
+        """``ParallelRunner``'s check that the catalog pickles, with the pickler the ``gpu``
+        nodes' tasks travel with (:func:`~hed.runners.process.pickle_task`: datasets on an
+        object store pass, which plain pickle refuses).
+
+        Raises:
+            ConfigError: a dataset cannot be sent to a node's process (names it and why).
+        """
+        try:
+            pickle_task(catalog)
+        except Exception:
+            bad = []
+            for name, dataset in catalog.items():
+                try:
+                    pickle_task(dataset)
+                except Exception as exc:
+                    bad.append(f"{name} ({failure_reason(exc)})")
+            raise ConfigError(
+                f"GPURunner: catalog dataset(s) {'; '.join(bad) or '?'} cannot be pickled for a "
+                "gpu node's process; use a dataset without lambdas or open handles, or "
+                "SequentialRunner"
+            ) from None
 
     def _get_executor(self, max_workers: int) -> Executor:
         self._executor = NodeExecutor(self._slots, self._threads, self._dependencies, self._logger)

@@ -112,8 +112,9 @@ def filesystem_method_name(obj: Any) -> tuple[AbstractFileSystem, str] | None:
     return None if name is None else (fs, name)
 
 
-def pickle_task(task: Task) -> bytes:
-    """``task`` (a node and the catalog of its datasets) pickled for another process.
+def pickle_task(task: Any) -> bytes:
+    """``task`` (a Kedro ``Task``: a node and a catalog of datasets; or a catalog, a dataset)
+    pickled for another process with :class:`TaskPickler`.
 
     Raises:
         pickle.PicklingError, AttributeError, TypeError: something in it cannot be pickled.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,19 +14,25 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import yaml
+from kedro.framework.project import configure_project, pipelines
+from kedro.framework.session import KedroSession
 
 from hed.records.object_store import make_dataset_writes_atomic
+from hed.runners.ray import RayRunner
 from tests.project_copy import (
+    GPU_RUNNER_GENERATION,
     MERGED_FOLDER,
     NUM_SHARDS,
     REPO_ROOT,
     RUN,
     run_kedro,
+    run_kedro_cli,
     shard_paths,
     small_step_project,
     versions,
     wait_for,
 )
+from tests.ray_cluster import local_cluster
 from tests.s3_server import BUCKET, moto_s3, s3
 
 ENV = "s3_demo"
@@ -64,18 +71,27 @@ def write_object_store_env(project: Path, root: str) -> dict[str, str]:
     }
 
 
+def object_store_project(dest: Path, smollm2_dir: Path, prefix: str) -> tuple[Path, dict]:
+    """A small-step project copy whose ``ENV`` puts every dataset under
+    ``s3://<BUCKET>/<prefix>``, with the prompt file moved there (only the object remains).
+
+    Returns:
+        ``(project, urls)``: urls as :func:`write_object_store_env` returns them.
+    """
+    project = small_step_project(dest, smollm2_dir)
+    urls = write_object_store_env(project, f"s3://{BUCKET}/{prefix}")
+    s3().put_file(
+        str(project / "data/01_raw/prompts/demo_math.jsonl"),
+        f"{BUCKET}/{prefix}/data/01_raw/prompts/demo_math.jsonl",
+    )
+    os.remove(project / "data/01_raw/prompts/demo_math.jsonl")
+    return project, urls
+
+
 @pytest.fixture(scope="module")
 def s3_chain(s3_server, tmp_path_factory, smollm2_dir):
     """The whole demo chain (small step) run with every dataset under s3://hed-test/chain."""
-    project = small_step_project(tmp_path_factory.mktemp("s3_chain"), smollm2_dir)
-    root = f"s3://{BUCKET}/chain"
-    urls = write_object_store_env(project, root)
-    fs = s3()
-    fs.put_file(
-        str(project / "data/01_raw/prompts/demo_math.jsonl"),
-        f"{BUCKET}/chain/data/01_raw/prompts/demo_math.jsonl",
-    )
-    os.remove(project / "data/01_raw/prompts/demo_math.jsonl")  # only the object remains
+    project, urls = object_store_project(tmp_path_factory.mktemp("s3_chain"), smollm2_dir, "chain")
     run_kedro(project, env=ENV)
     return project, urls, sorted(s3().find(f"{BUCKET}/chain"))
 
@@ -127,6 +143,52 @@ def test_records_tables_and_figures_land_on_the_object_store(s3_chain, uninterru
             (remote,) = [o for o in objects if o.startswith(f"{BUCKET}/chain/{relative}/")]
             # the same writer, the same bytes: the object store changes nothing in the file
             assert fs.cat(remote) == local_file.read_bytes(), remote
+
+
+def assert_shards_on_the_object_store(prefix: str, local_project: Path) -> None:
+    """Each shard file of the step has one object under ``prefix``, with the bytes of the same
+    shard run with SequentialRunner on the local disk."""
+    fs = s3()
+    objects = sorted(fs.find(f"{BUCKET}/{prefix}"))
+    for k in range(NUM_SHARDS):
+        for local in shard_paths(local_project, k):
+            (local_file,) = versions(local)
+            relative = local_file.parent.parent.relative_to(local_project).as_posix()
+            (remote,) = [o for o in objects if o.startswith(f"{BUCKET}/{prefix}/{relative}/")]
+            assert fs.cat(remote) == local_file.read_bytes(), remote
+
+
+def test_gpu_runner_writes_the_shards_of_its_node_processes_to_the_object_store(
+    s3_server, tmp_path, smollm2_dir, uninterrupted_small_step
+):
+    # each generate_shard node runs in a spawned process: its task, with datasets on s3://,
+    # is pickled there (hed.runners.process.pickle_task)
+    project, _ = object_store_project(tmp_path, smollm2_dir, "gpu_runner")
+    result = run_kedro_cli(project, *GPU_RUNNER_GENERATION, "--env", ENV, timeout=600)
+    output = result.stdout + result.stderr
+    assert output.count("done on CPU worker") == NUM_SHARDS, output[-3000:]
+    assert not (project / "data" / "02_intermediate").exists()
+    assert_shards_on_the_object_store("gpu_runner", uninterrupted_small_step[0])
+
+
+def test_ray_runner_writes_the_shards_of_its_tasks_to_the_object_store(
+    s3_server, tmp_path, smollm2_dir, uninterrupted_small_step
+):
+    # the cluster starts after the S3 server: its workers inherit AWS_ENDPOINT_URL
+    project, _ = object_store_project(tmp_path, smollm2_dir, "ray_runner")
+    configure_project("hed")
+    pipelines.configure("hed.pipeline_registry")
+    runner = RayRunner()
+    with (
+        local_cluster(),
+        contextlib.chdir(project),
+        KedroSession.create(project_path=project, env=ENV) as session,
+    ):
+        session.run(pipeline_names=["generation"], runner=runner)
+    generated = [f"{RUN}.step_0.shard_{k}.generate_shard" for k in range(NUM_SHARDS)]
+    assert sorted(runner.placements) == generated  # each one a Ray task
+    assert not (project / "data" / "02_intermediate").exists()
+    assert_shards_on_the_object_store("ray_runner", uninterrupted_small_step[0])
 
 
 def test_reporting_replots_from_the_object_store(s3_chain):

@@ -96,7 +96,7 @@ class TaskPickler(ForkingPickler):
 
 
 def filesystem_method_name(obj: Any) -> tuple[AbstractFileSystem, str] | None:
-    """``(fs, name)`` such that ``getattr(fs, name)`` is ``obj``, for a method of an fsspec
+    """``(fs, name)`` such that ``getattr(fs, name)`` gives ``obj``, for a method of an fsspec
     filesystem (bound, or ``sync_wrapper``'s function on the instance); else None."""
     if isinstance(obj, types.MethodType) and isinstance(obj.__self__, AbstractFileSystem):
         fs, func = obj.__self__, obj.__func__

@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from kedro.framework.hooks.manager import _create_hook_manager
-from kedro.io import DataCatalog, MemoryDataset, Version
+from kedro.io import CachedDataset, DataCatalog, MemoryDataset, Version
 from kedro.io.data_catalog import SharedMemoryDataCatalog
 from kedro.pipeline import Node, Pipeline
 from kedro.runner.task import Task
@@ -137,4 +137,13 @@ def test_gpu_runner_names_a_dataset_that_cannot_be_pickled(saved_inputs):
     datasets = {n: task.catalog[n] for n in task.catalog.keys()}
     catalog = SharedMemoryDataCatalog(datasets={**datasets, "odd": MemoryDataset(lambda: 1)})
     with pytest.raises(ConfigError, match=r"^GPURunner: catalog dataset\(s\) odd \(.*lambda"):
+        GPURunner(gpus="cpu").run(Pipeline([task.node]), catalog, _create_hook_manager())
+
+
+def test_gpu_runner_refuses_a_single_process_dataset_as_kedro_does(saved_inputs):
+    task = gpu_task(SAVE_VERSION)
+    datasets = {n: task.catalog[n] for n in task.catalog.keys()}
+    cached = CachedDataset(MemoryDataset([1, 2]))  # pickles, but its cache stays in one process
+    catalog = SharedMemoryDataCatalog(datasets={**datasets, "cached": cached})
+    with pytest.raises(ConfigError, match=r"dataset\(s\) cached \(.*CachedDataset works in one"):
         GPURunner(gpus="cpu").run(Pipeline([task.node]), catalog, _create_hook_manager())

@@ -152,8 +152,8 @@ class GPURunner(ParallelRunner):
                     bad.append(f"{name} ({failure_reason(exc)})")
             raise ConfigError(
                 f"GPURunner: catalog dataset(s) {'; '.join(bad) or '?'} cannot be pickled for a "
-                "gpu node's process; use a dataset without lambdas or open handles, or "
-                "SequentialRunner"
+                "gpu node's process; use one that pickles (no lambda, open handle or "
+                "single-process cache such as CachedDataset), or SequentialRunner"
             ) from None
 
     def _get_executor(self, max_workers: int) -> Executor:

@@ -85,10 +85,13 @@ class TaskPickler(ForkingPickler):
     (a child's ``exists`` would return a coroutine, always true). Both are sent as
     ``getattr(fs, "<public name>")`` here, and the filesystem by fsspec's own reduce (its class
     and storage options), so the receiving process rebuilds the method on its own filesystem.
-    Nothing in fsspec or kedro-datasets is changed.
+    Nothing in fsspec or kedro-datasets is changed. A dataset marked ``_SINGLE_PROCESS``
+    (Kedro's ``CachedDataset``, Spark's) is refused, as Kedro's ``ParallelRunner`` refuses it.
     """
 
     def reducer_override(self, obj: Any) -> Any:
+        if getattr(type(obj), "_SINGLE_PROCESS", False):
+            raise pickle.PicklingError(f"a {type(obj).__name__} works in one process only")
         named = filesystem_method_name(obj)
         if named is None:
             return NotImplemented

@@ -2259,6 +2259,36 @@ def _(t: Ctx) -> Expect:
     )
 
 
+@case("run-input-never-written")
+def _(t: Ctx) -> Expect:
+    from kedro.pipeline import Pipeline
+    from kedro_datasets.pandas import CSVDataset
+
+    from hed.io.missing_inputs import MissingInputError, check_inputs_exist
+
+    table = t.tmp / "data/04_feature/entropy_thresholds.csv"
+    figure = t.tmp / "data/08_reporting/figure.csv"
+    catalog = DataCatalog(
+        datasets={
+            "entropy_thresholds": CSVDataset(filepath=str(table), version=Version(None, None)),
+            "figure": CSVDataset(filepath=str(figure), version=Version(None, None)),
+        }
+    )
+    built = {
+        "aggregation": Pipeline([Node(lambda: None, None, "entropy_thresholds", name="agg")]),
+        "reporting": Pipeline([Node(lambda x: x, "entropy_thresholds", "figure", name="plot")]),
+    }
+    return Expect(
+        lambda: check_inputs_exist(
+            built["reporting"], catalog, {"pipeline_names": ["reporting"]}, lambda: built
+        ),
+        MissingInputError,
+        ("1 input(s) of this run were never written", f"entropy_thresholds ({table})",
+         "write them first with `kedro run --pipelines aggregation,reporting`"),
+        outputs=(figure,),
+    )  # fmt: skip
+
+
 #: cases that run a vLLM engine (not run where vLLM cannot be installed: tests/vllm_gate.py)
 VLLM_CASES = {
     "generation-vllm-architecture",

@@ -26,6 +26,7 @@ from hed.core.command_line import update_command
 from hed.errors import ConfigError
 from hed.io import run_lock
 from hed.io.freshness import Freshness
+from hed.io.missing_inputs import check_inputs_exist
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 from hed.pass1.credentials import export_wandb_api_key
 from hed.records.object_store import make_dataset_writes_atomic
@@ -409,8 +410,8 @@ class ResumeHooks:
         """Log ``Resume with: kedro run ... --from-nodes ...`` (:func:`resume_command`)."""
         from hed.errors import NodeFailuresError
 
-        if isinstance(error, NodeFailuresError | KeyboardInterrupt):
-            return  # the runner's own message names the command
+        if isinstance(error, NodeFailuresError | KeyboardInterrupt) or not self._completed:
+            return  # the runner's message names the command; no node done: rerun the same
         unfinished = [node.name for node in pipeline.nodes if node.name not in self._completed]
         starts = resume_nodes(pipeline, unfinished, catalog)
         if starts:
@@ -441,7 +442,9 @@ class FreshnessHooks:
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
-        """Refuse when a dataset the pipeline reads is stale (:meth:`Freshness.check`)."""
+        """Refuse when a dataset the pipeline reads was never written (:mod:`hed.io.missing_inputs`)
+        or is stale (:meth:`Freshness.check`)."""
+        check_inputs_exist(pipeline, catalog, run_params)
         root = _data_root(self._context) if self._context is not None else layout.data_root()
         self._fresh = Freshness(root)
         self._parameters = catalog.load("parameters")

@@ -12,25 +12,34 @@ import sys
 from collections.abc import Iterable
 
 
-def update_command(pipelines: list[str], asked: Iterable[str] = ()) -> str:
+def update_command(pipelines: list[str], asked: Iterable[str] = (), env: str | None = None) -> str:
     """This ``kedro run`` command line with the producing pipelines added to ``--pipelines``.
 
     Under ``kedro run`` the command's own options are kept (``--env``, ``--params``,
     ``--runner``); ``--pipelines`` becomes the producers followed by the pipelines asked for.
-    Outside one (a session in Python): ``kedro run --pipelines <producers>,<asked>``.
+    Node filters (``--nodes``, ``--from-nodes``, ``--to-nodes``, ``--from-inputs``,
+    ``--to-outputs``) are dropped: they would keep the producers' nodes from running.
+    Outside one (a session in Python): ``kedro run [--env <env>] --pipelines <producers>,<asked>``
+    (``env``: the session's environment; none or ``local`` adds no ``--env``).
     """
     import click
 
     ctx = click.get_current_context(silent=True)
-    argv = list(sys.argv[1:]) if ctx is not None and ctx.command.name == "run" else ["run"]
-    asked = [] if argv != ["run"] else [a for a in asked if a != "__default__"]
+    if ctx is not None and ctx.command.name == "run":
+        argv, asked = list(sys.argv[1:]), []
+    else:
+        argv = ["run", *(["--env", env] if env not in (None, "", "local") else [])]
+        asked = [a for a in asked if a != "__default__"]
     args: list[str] = []
     skip = False
     for i, arg in enumerate(argv):
         if skip:
             skip = False
             continue
-        if arg in ("--pipelines", "--pipeline", "-p") and i + 1 < len(argv):
+        option = arg.split("=", 1)[0]
+        if option in NODE_FILTERS:
+            skip = "=" not in arg
+        elif arg in ("--pipelines", "--pipeline", "-p") and i + 1 < len(argv):
             asked += argv[i + 1].split(",")
             skip = True
         elif arg.startswith(("--pipelines=", "--pipeline=")):
@@ -39,3 +48,7 @@ def update_command(pipelines: list[str], asked: Iterable[str] = ()) -> str:
             args.append(arg)
     names = list(dict.fromkeys([*pipelines, *asked]))
     return shlex.join(["kedro", *args, *(["--pipelines", ",".join(names)] if names else [])])
+
+
+#: ``kedro run`` options that select nodes: a command that adds producers drops them.
+NODE_FILTERS = ("--nodes", "-n", "--from-nodes", "--to-nodes", "--from-inputs", "--to-outputs")

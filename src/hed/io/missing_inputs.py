@@ -1,0 +1,181 @@
+"""Refuse a run whose inputs were never written, before its first node.
+
+``kedro run --pipelines reporting`` on a fresh clone reads ``checkpoints``, ``prompts``, the
+merged token records ... that only earlier pipelines write; Kedro would start the run and end
+at the first load in a ``Did not find any versions for ...`` traceback. :func:`check_inputs_exist`
+asks each free input of the pipeline about to run (``pipeline.inputs()``: what it reads but
+does not write) whether it exists, with the dataset's own ``exists()`` (Kedro's
+``catalog.exists``; for a versioned dataset: a version to load exists), and refuses in one line
+naming the missing datasets, their files, and the ``kedro run`` that writes them first: the
+pipelines that write them, and those that write *their* missing inputs, in chain order,
+followed by the pipelines asked for (:func:`hed.core.command_line.update_command`: the run's
+``--env``, ``--params``, ``--runner`` kept).
+
+Not checked: parameters, datasets kept in memory (``MemoryDataset``, ``run_context``), names
+the catalog does not resolve (Kedro reports those), and inputs no pipeline writes (the prompt
+file, checkpoints folders, response pairs: their datasets' ``load()`` names the file and the
+fix). A dataset whose ``exists()`` itself fails (an object store that cannot be reached) is
+left to its load.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from hed.core.command_line import update_command
+from hed.errors import InputDataError
+
+#: Pipelines in the order a whole run executes them: a command names producers in this order.
+CHAIN = (
+    "mini_rl",
+    "generation",
+    "aggregation",
+    "dynamics",
+    "metrics",
+    "reporting",
+    "rescoring",
+    "analyses",
+    "publish",
+)
+#: Missing datasets a message names before ``and <n> more``.
+SHOWN = 3
+#: Inputs a hook registers in the catalog during ``before_pipeline_run`` (in memory).
+_IN_MEMORY = ("run_context",)
+
+
+class MissingInputError(InputDataError):
+    """A dataset the run reads was never written (no file, or no version of it)."""
+
+
+def _dataset(catalog: Any, name: str) -> Any:
+    try:
+        return catalog.get(name)
+    except Exception:  # a pattern that does not resolve: Kedro reports it at the run
+        return None
+
+
+def is_missing(catalog: Any, name: str) -> bool:
+    """True when ``name`` is a persisted dataset of ``catalog`` whose ``exists()`` is False.
+
+    Args:
+        catalog: the run's Kedro ``DataCatalog``.
+        name: a node input (a dataset name, ``params:<key>`` or ``parameters``).
+
+    Returns:
+        False for parameters, in-memory datasets, unresolved names and datasets whose
+        ``exists()`` raises; else ``not dataset.exists()``.
+    """
+    if name == "parameters" or name.startswith("params:") or name in _IN_MEMORY:
+        return False
+    dataset = _dataset(catalog, name)
+    if dataset is None or getattr(dataset, "_EPHEMERAL", False):
+        return False
+    if type(dataset).__name__ in ("MemoryDataset", "SharedMemoryDataset"):
+        return False
+    try:
+        return not dataset.exists()
+    except Exception:  # e.g. an object store without network: its load will say why
+        return False
+
+
+def dataset_location(catalog: Any, name: str) -> str:
+    """Where ``name``'s file is (relative to the working folder when under it), or ``?``."""
+    dataset = _dataset(catalog, name)
+    path = getattr(dataset, "_filepath", None)
+    if path is None:
+        return "?"
+    path = str(path)
+    protocol = getattr(dataset, "_protocol", None)
+    if protocol not in (None, "file", "local") and "://" not in path:
+        return f"{protocol}://{path}"
+    if os.path.isabs(path):
+        relative = os.path.relpath(path)
+        return path if relative.startswith("..") else relative
+    return path
+
+
+def producers_of(missing: Iterable[str], pipelines: Mapping[str, Any], catalog: Any) -> list[str]:
+    """The pipelines that write ``missing``, and those that write their missing inputs.
+
+    Args:
+        missing: dataset names that do not exist.
+        pipelines: the project's pipelines by name (``__default__`` is ignored).
+        catalog: the run's catalog (to ask whether a producer's own inputs exist).
+
+    Returns:
+        Pipeline names in :data:`CHAIN` order (others after, by name); a dataset written by
+        several pipelines counts for the first in that order. Empty when no pipeline writes
+        any of ``missing``.
+    """
+    order = {name: i for i, name in enumerate(CHAIN)}
+    names = sorted(
+        (n for n in pipelines if n != "__default__"), key=lambda n: (order.get(n, len(CHAIN)), n)
+    )
+    chosen: list[str] = []
+    todo, seen = list(missing), set()
+    while todo:
+        dataset = todo.pop()
+        if dataset in seen:
+            continue
+        seen.add(dataset)
+        writer = next((n for n in names if dataset in pipelines[n].all_outputs()), None)
+        if writer is None or writer in chosen:
+            continue
+        chosen.append(writer)
+        todo += [name for name in pipelines[writer].inputs() if is_missing(catalog, name)]
+    return sorted(chosen, key=names.index)
+
+
+def project_pipelines() -> dict[str, Any]:
+    """Every pipeline of the project, built now (Kedro's ``find_pipelines``).
+
+    The session's registry holds only the pipelines asked for (``--pipelines reporting``);
+    Kedro 1.7's ``find_pipelines`` also builds only those while they are set, so they are
+    unset for the call. Called only to word a refusal.
+    """
+    from kedro.framework.project import find_pipelines, pipelines
+
+    requested = getattr(pipelines, "_requested_pipelines", None)
+    pipelines._requested_pipelines = None
+    try:
+        return find_pipelines(raise_errors=False)
+    finally:
+        pipelines._requested_pipelines = requested
+
+
+def check_inputs_exist(
+    pipeline: Any,
+    catalog: Any,
+    run_params: Mapping[str, Any],
+    all_pipelines: Callable[[], Mapping[str, Any]] = project_pipelines,
+) -> None:
+    """Refuse to start a run when a dataset it reads (a free input) was never written.
+
+    Args:
+        pipeline: the (filtered) pipeline about to run.
+        catalog: the run's catalog.
+        run_params: Kedro's run parameters (``pipeline_names``: the pipelines asked for,
+            ``env``: named in the command outside ``kedro run``).
+        all_pipelines: the project's pipelines by name (default :func:`project_pipelines`).
+
+    Raises:
+        MissingInputError: one line: how many inputs are missing, the first :data:`SHOWN`
+            with their files, and the ``kedro run`` command that writes them first.
+    """
+    missing = sorted(name for name in pipeline.inputs() if is_missing(catalog, name))
+    if not missing:
+        return
+    built = all_pipelines()
+    writers = producers_of(missing, built, catalog)
+    if not writers:
+        return  # inputs no pipeline writes: their own load names the file and the fix
+    written = [m for m in missing if any(m in built[w].all_outputs() for w in writers)]
+    shown = ", ".join(f"{m} ({dataset_location(catalog, m)})" for m in written[:SHOWN])
+    more = f" and {len(written) - SHOWN} more" if len(written) > SHOWN else ""
+    asked = run_params.get("pipeline_names") or []
+    raise MissingInputError(
+        f"{len(written)} input(s) of this run were never written: {shown}{more}; "
+        f"write them first with `{update_command(writers, asked, run_params.get('env'))}`"
+    )

@@ -1,0 +1,198 @@
+"""A run whose inputs were never written is refused before its first node, in one line that
+names the datasets, their files and the command that writes them (:mod:`hed.io.missing_inputs`).
+
+The fast tests build a small chain of real Kedro pipelines over versioned CSV datasets; the
+end-to-end ones run ``kedro run --pipelines reporting`` / ``dynamics`` on a fresh project copy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pandas as pd
+import pytest
+from kedro.io import DataCatalog, MemoryDataset
+from kedro.io.core import Version
+from kedro.pipeline import Pipeline, node
+from kedro_datasets.pandas import CSVDataset
+
+from hed.core.command_line import update_command
+from hed.io.missing_inputs import MissingInputError, check_inputs_exist, is_missing, producers_of
+
+
+def _identity(*frames):
+    return frames[0]
+
+
+def _chain() -> dict[str, Pipeline]:
+    """generation: raw → prompts; aggregation: prompts → table; reporting: table, extra → fig."""
+    return {
+        "generation": Pipeline([node(_identity, "raw", "prompts", name="gen")]),
+        "aggregation": Pipeline([node(_identity, "prompts", "table", name="agg")]),
+        "metrics": Pipeline([node(_identity, "raw", "extra", name="met")]),
+        "reporting": Pipeline(
+            [node(_identity, ["table", "extra", "params:reporting", "mem"], "fig", name="rep")]
+        ),
+    }
+
+
+def _catalog(tmp_path: Path) -> DataCatalog:
+    def csv(name: str, versioned: bool = True) -> CSVDataset:
+        version = Version(None, None) if versioned else None
+        return CSVDataset(filepath=str(tmp_path / f"{name}.csv"), version=version)
+
+    return DataCatalog(
+        datasets={
+            "raw": csv("raw", versioned=False),
+            **{name: csv(name) for name in ("prompts", "table", "extra", "fig")},
+            "mem": MemoryDataset(),
+        }
+    )
+
+
+def _refusal(pipeline: Pipeline, catalog: DataCatalog, asked: list[str]) -> str:
+    with pytest.raises(MissingInputError) as caught:
+        check_inputs_exist(pipeline, catalog, {"pipeline_names": asked}, _chain)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_reporting_without_its_tables_names_them_and_the_whole_chain(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    catalog = _catalog(tmp_path)
+    pd.DataFrame({"a": [1]}).to_csv(tmp_path / "raw.csv", index=False)
+    assert _refusal(_chain()["reporting"], catalog, ["reporting"]) == (
+        "2 input(s) of this run were never written: extra (extra.csv), table (table.csv); "
+        "write them first with "
+        "`kedro run --pipelines generation,aggregation,metrics,reporting`"
+    )
+    assert not (tmp_path / "fig.csv").exists()
+
+
+def test_only_the_missing_producers_are_named_and_existing_versions_count(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    catalog = _catalog(tmp_path)
+    pd.DataFrame({"a": [1]}).to_csv(tmp_path / "raw.csv", index=False)
+    catalog.save("prompts", pd.DataFrame({"a": [1]}))  # a version of prompts exists
+    catalog.save("extra", pd.DataFrame({"a": [1]}))
+    assert _refusal(_chain()["reporting"], catalog, ["reporting"]) == (
+        "1 input(s) of this run were never written: table (table.csv); write them first with "
+        "`kedro run --pipelines aggregation,reporting`"
+    )
+    catalog.save("table", pd.DataFrame({"a": [1]}))
+    check_inputs_exist(_chain()["reporting"], catalog, {"pipeline_names": ["reporting"]}, _chain)
+
+
+def test_many_missing_inputs_show_three_and_a_count(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    names = [f"t{i}" for i in range(5)]
+    catalog = DataCatalog(
+        datasets={n: CSVDataset(filepath=str(tmp_path / f"{n}.csv")) for n in names}
+    )
+    chain = {
+        "aggregation": Pipeline([node(lambda: [1] * 5, None, names, name="agg")]),
+        "reporting": Pipeline([node(_identity, names, "out", name="rep")]),
+    }
+    with pytest.raises(MissingInputError) as caught:
+        check_inputs_exist(chain["reporting"], catalog, {}, lambda: chain)
+    assert str(caught.value) == (
+        "5 input(s) of this run were never written: t0 (t0.csv), t1 (t1.csv), t2 (t2.csv) "
+        "and 2 more; write them first with `kedro run --pipelines aggregation`"
+    )
+
+
+def test_parameters_memory_and_inputs_no_pipeline_writes_are_not_refused(tmp_path):
+    catalog = _catalog(tmp_path)  # raw.csv does not exist: no pipeline writes it
+    assert not is_missing(catalog, "params:reporting")
+    assert not is_missing(catalog, "parameters")
+    assert not is_missing(catalog, "mem")
+    assert not is_missing(catalog, "run_context")
+    assert not is_missing(catalog, "not_in_the_catalog")
+    assert is_missing(catalog, "raw")
+    # generation reads only `raw`: the prompt file's own load says what is wrong
+    check_inputs_exist(_chain()["generation"], catalog, {"pipeline_names": ["generation"]}, _chain)
+    assert producers_of(["raw"], _chain(), catalog) == []
+
+
+def test_the_command_keeps_env_and_params_and_drops_node_filters(monkeypatch):
+    argv = ["kedro", "run", "--env", "mini_dapo", "--pipelines", "reporting",
+            "--params", "reporting.top_n_words=5", "--from-nodes", "plan_figures",
+            "--nodes=a,b", "--only-missing-outputs"]  # fmt: skip
+    monkeypatch.setattr("sys.argv", argv)
+    with click.Context(click.Command("run")):
+        assert update_command(["aggregation"], ["reporting"]) == (
+            "kedro run --env mini_dapo --params reporting.top_n_words=5 --only-missing-outputs "
+            "--pipelines aggregation,reporting"
+        )
+
+
+# ------------------------------------------------------------------ a fresh clone, end to end
+
+
+def _data_files(project: Path) -> list[Path]:
+    return sorted(p.relative_to(project) for p in (project / "data").rglob("*"))
+
+
+def test_reporting_on_a_fresh_clone_is_refused_in_one_line_before_any_node(tmp_path, smollm2_dir):
+    """``kedro run --pipelines reporting`` before any full run: one line, rc 1, no node, no
+    traceback, no resume command, nothing written."""
+    from ..project_copy import copy_project, run_kedro_cli
+
+    project = copy_project(tmp_path / "fresh", smollm2_dir)
+    before = _data_files(project)
+    result = run_kedro_cli(project, "run", "--pipelines", "reporting", check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    lines = [line for line in output.splitlines() if "MissingInputError" in line]
+    assert lines == [
+        "MissingInputError: 8 input(s) of this run were never written: checkpoints "
+        "(data/02_intermediate/checkpoints.json), entropy_thresholds "
+        "(data/04_feature/entropy_thresholds.csv), pass1_for_figures "
+        "(data/04_feature/pass1_for_figures.csv) and 5 more; write them first with "
+        "`kedro run --pipelines generation,aggregation,metrics,reporting` "
+        "[HED_TRACEBACK=1 shows the traceback]"
+    ], output[-3000:]
+    for absent in ("Traceback", "Did not find any versions", "resume with", "Running node"):
+        assert absent not in output, output[-3000:]
+    assert _data_files(project) == before
+
+
+@pytest.mark.parametrize(
+    ("env", "pipeline", "expected"),
+    [
+        (
+            None,
+            "dynamics",
+            "3 input(s) of this run were never written: smollm2_demo.step_0.entropy_thresholds "
+            "(data/04_feature/steps/smollm2_demo/step_0/entropy_thresholds.csv), "
+            "smollm2_demo.step_0.sequences (data/03_primary/token_records/smollm2_demo/"
+            "step_0.sequences.parquet), smollm2_demo.step_0.token_records (data/03_primary/"
+            "token_records/smollm2_demo/step_0.parquet); write them first with "
+            "`kedro run --pipelines generation,aggregation,dynamics`",
+        ),
+        (
+            "mini_dapo",
+            "reporting",
+            "`kedro run --env mini_dapo --pipelines "
+            "mini_rl,generation,aggregation,metrics,reporting`",
+        ),
+    ],
+)
+def test_dynamics_and_a_study_s_reporting_on_a_fresh_clone_are_refused(
+    tmp_path, smollm2_dir, env, pipeline, expected
+):
+    """In a session (a notebook's way): the same refusal before any node, nothing written."""
+    from hed.errors import short_message
+
+    from ..project_copy import copy_project, run_kedro
+
+    project = copy_project(tmp_path / "fresh", smollm2_dir)
+    before = _data_files(project)
+    with pytest.raises(MissingInputError) as caught:
+        run_kedro(project, pipeline, env=env)
+    message = short_message(caught.value)
+    assert message is not None and "\n" not in message
+    assert message.endswith(expected), message
+    assert _data_files(project) == before

@@ -158,3 +158,17 @@ def test_the_backend_and_dtype_defaults_have_one_source():
             if isinstance(node, ast.Constant) and node.value in ("hf", "by_device")
         ]
         assert sorted(literals) == sorted(["hf", "by_device"] * times), module.__name__
+
+
+def test_an_unknown_key_without_a_near_one_lists_the_valid_keys_as_a_sentence():
+    import pytest
+
+    from hed.config.sections import check_unknown_keys
+    from hed.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        check_unknown_keys({"aggregation": {"zzz": 1}}, lambda key: "--params")
+    assert str(refused.value) == (
+        "unknown parameter aggregation.zzz (set in --params): valid keys here: chunk_records, "
+        "lexicon, top_entropy_frac. HED does not read it, so it would be ignored"
+    )

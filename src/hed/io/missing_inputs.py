@@ -20,10 +20,12 @@ left to its load.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from hed.config import layout
 from hed.core.command_line import update_command
 from hed.errors import InputDataError
 
@@ -128,28 +130,42 @@ def producers_of(missing: Iterable[str], pipelines: Mapping[str, Any], catalog: 
     return sorted(chosen, key=names.index)
 
 
-def project_pipelines() -> dict[str, Any]:
+def project_pipelines(params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Every pipeline of the project, built now (Kedro's ``find_pipelines``).
 
     The session's registry holds only the pipelines asked for (``--pipelines reporting``);
     Kedro 1.7's ``find_pipelines`` also builds only those while they are set, so they are
     unset for the call. Called only to word a refusal.
+
+    Args:
+        params: the run's parameters: the pipelines are built from them
+            (:func:`hed.config.layout.session_config`; the session's configuration is no longer
+            active once its pipeline is built). None: the active configuration.
     """
     from kedro.framework.project import find_pipelines, pipelines
 
     requested = getattr(pipelines, "_requested_pipelines", None)
     pipelines._requested_pipelines = None
+    scope = layout.session_config(params) if params is not None else contextlib.nullcontext()
     try:
-        return find_pipelines(raise_errors=False)
+        with scope:
+            return find_pipelines(raise_errors=False)
     finally:
         pipelines._requested_pipelines = requested
+
+
+def _run_parameters(catalog: Any) -> Mapping[str, Any] | None:
+    try:
+        return catalog.load("parameters")
+    except Exception:  # a bare catalog (a test): the active configuration
+        return None
 
 
 def check_inputs_exist(
     pipeline: Any,
     catalog: Any,
     run_params: Mapping[str, Any],
-    all_pipelines: Callable[[], Mapping[str, Any]] = project_pipelines,
+    all_pipelines: Callable[[], Mapping[str, Any]] | None = None,
 ) -> None:
     """Refuse to start a run when a dataset it reads (a free input) was never written.
 
@@ -158,7 +174,8 @@ def check_inputs_exist(
         catalog: the run's catalog.
         run_params: Kedro's run parameters (``pipeline_names``: the pipelines asked for,
             ``env``: named in the command outside ``kedro run``).
-        all_pipelines: the project's pipelines by name (default :func:`project_pipelines`).
+        all_pipelines: the project's pipelines by name (default :func:`project_pipelines` of
+            the catalog's ``parameters``).
 
     Raises:
         MissingInputError: one line: how many inputs are missing, the first :data:`SHOWN`
@@ -167,7 +184,7 @@ def check_inputs_exist(
     missing = sorted(name for name in pipeline.inputs() if is_missing(catalog, name))
     if not missing:
         return
-    built = all_pipelines()
+    built = all_pipelines() if all_pipelines else project_pipelines(_run_parameters(catalog))
     writers = producers_of(missing, built, catalog)
     if not writers:
         return  # inputs no pipeline writes: their own load names the file and the fix

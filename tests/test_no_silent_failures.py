@@ -21,11 +21,11 @@ import pandas as pd
 import pytest
 import yaml
 from kedro.config import OmegaConfigLoader
-from kedro.io.core import DatasetError
 
 from hed.config import layout
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import ConfigError
+from hed.io.missing_inputs import MissingInputError
 from hed.io.run_lock import LOCK_NAME, RunLockedError
 
 from .project_copy import REPO_ROOT, RUN, copy_project, run_kedro, run_kedro_cli
@@ -94,11 +94,11 @@ def test_base_reporting_after_a_study_run_reads_only_base_data(project):
     study_files = {p: p.read_bytes() for p in files_under(project / "data/my_study")}
     assert any(p.name.endswith("figure2_single_run_diagnostic.csv") for p in study_files)
 
-    # base has no aggregation outputs of its own: its reporting fails on them (it used to
-    # draw the study's tables and overwrite the demo's figures)
-    # the first input base's reporting lacks is one of base's own files (project/data/...)
+    # base has no aggregation outputs of its own: its reporting is refused before any node (it
+    # used to draw the study's tables and overwrite the demo's figures); the first input it
+    # lacks is one of base's own files (data/..., not data/my_study/...)
     with pytest.raises(
-        DatasetError, match=r"project/data/0[24]_\w+/(summary_by_step\.csv|checkpoints\.json)"
+        MissingInputError, match=r"never written: checkpoints \(data/02_intermediate/checkpoints"
     ):
         run_kedro(project, "reporting")
     assert not files_under(project / "data/08_reporting")

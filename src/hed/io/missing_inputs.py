@@ -25,6 +25,8 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kedro.io.core import VersionNotFoundError
+
 from hed.config import layout
 from hed.core.command_line import update_command
 from hed.errors import InputDataError
@@ -67,7 +69,8 @@ def is_missing(catalog: Any, name: str) -> bool:
 
     Returns:
         False for parameters, in-memory datasets, unresolved names and datasets whose
-        ``exists()`` raises; else ``not dataset.exists()``.
+        ``exists()`` raises; for a versioned dataset, whether no file of the version to load
+        is there (:func:`_version_present`); else ``not dataset.exists()``.
     """
     if name == "parameters" or name.startswith("params:") or name in _IN_MEMORY:
         return False
@@ -77,9 +80,26 @@ def is_missing(catalog: Any, name: str) -> bool:
     if type(dataset).__name__ in ("MemoryDataset", "SharedMemoryDataset"):
         return False
     try:
+        if getattr(dataset, "_version", None) is not None:
+            return not _version_present(dataset)
         return not dataset.exists()
     except Exception:  # e.g. an object store without network: its load will say why
         return False
+
+
+def _version_present(dataset: Any) -> bool:
+    """Whether a versioned dataset has a file for the version it would load.
+
+    Not its ``exists()``: HED's Parquet datasets count a truncated file as missing (so that
+    ``--only-missing-outputs`` writes it again), but a run that reads it is better told by the
+    load, which names the file and says to delete it.
+    """
+    try:
+        path = dataset._get_load_path()
+    except VersionNotFoundError:
+        return False
+    exists = getattr(dataset, "_exists_function", None)
+    return bool(exists(str(path))) if callable(exists) else True
 
 
 def dataset_location(catalog: Any, name: str) -> str:

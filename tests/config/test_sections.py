@@ -128,11 +128,17 @@ def test_the_sampling_defaults_have_one_source():
 
 def test_reporting_is_handed_parsed_with_the_figure_style_defaults_filled_in():
     from hed.config.params import ReportingParams, reporting_params, reporting_section
+    from hed.report.explorer.options import ExplorerOptions
+    from hed.report.style import FigureStyle
+    from hed.report.token_report.options import TokenReportOptions
 
     parsed = reporting_params({"top_n_words": 5, "figure2": {"dpi": 100}})
     assert (parsed.top_n_words, parsed.fig2_measure, parsed.strict) == (5, "count", False)
-    assert parsed.figure2 == {"panel_size": [3.5, 2.8], "dpi": 100}
-    assert parsed.figure3 == SECTIONS["reporting.figure3"] == {"panel_size": [2.6, 3.6], "dpi": 200}
+    assert parsed.figure2 == FigureStyle((3.5, 2.8), 100)
+    assert parsed.figure3 == FigureStyle((2.6, 3.6), 200)
+    assert parsed.figure3.as_params() == SECTIONS["reporting.figure3"]
+    assert parsed.token_report == TokenReportOptions(8, 2000, None, 0, True)
+    assert parsed.explorer == ExplorerOptions(16, 2000, None, 0, "grpo", True)
     assert ReportingParams.of(parsed) is parsed
     # a node written for the dict still reads the section as configured
     assert reporting_section(parsed) == {"top_n_words": 5, "figure2": {"dpi": 100}}

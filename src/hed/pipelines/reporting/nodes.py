@@ -327,16 +327,20 @@ def plot_figure2_png(
     figure_plan: dict[str, Any],
     reporting: ReportingParams | dict[str, Any],
 ) -> Figure:
-    """Draw Figure 2 (:func:`hed.report.figures.plot_figure2`) at ``reporting.figure2`` size and
-    dpi,
-    bars measuring ``reporting.fig2_measure``, one slot per step of ``fig2_steps``."""
-    style = ReportingParams.of(reporting).figure2
+    """Draw Figure 2 (:func:`hed.report.figures.plot_figure2`) at ``reporting.figure2``'s panel
+    size and dpi, bars measuring ``reporting.fig2_measure``, one slot per step of ``fig2_steps``.
+
+    Raises:
+        ConfigError: a bad ``reporting.figure2`` when ``reporting`` is a raw dict
+            (:func:`hed.report.style.figure_style`).
+    """
+    style = ReportingParams.of(reporting).figure2  # a FigureStyle: checked before the run
     return figures.plot_figure2(
         figure2_table,
         [tuple(panel) for panel in figure_plan["panels"]],
         single_run=figure_plan["figure2_kind"] != PAPER,
-        panel_size=style["panel_size"],
-        dpi=int(style["dpi"]),
+        panel_size=style.panel_size,
+        dpi=style.dpi,
         measure=figure_plan.get("fig2_measure", "count"),
         steps=figure_plan.get("fig2_steps"),
     )
@@ -347,16 +351,21 @@ def plot_figure3_png(
     figure_plan: dict[str, Any],
     reporting: ReportingParams | dict[str, Any],
 ) -> Figure:
-    """Draw Figure 3 (:func:`hed.report.figures.plot_figure3`) at ``reporting.figure3`` size and
-    dpi."""
-    style = ReportingParams.of(reporting).figure3
+    """Draw Figure 3 (:func:`hed.report.figures.plot_figure3`) at ``reporting.figure3``'s panel
+    size and dpi.
+
+    Raises:
+        ConfigError: a bad ``reporting.figure3`` when ``reporting`` is a raw dict
+            (:func:`hed.report.style.figure_style`).
+    """
+    style = ReportingParams.of(reporting).figure3  # a FigureStyle: checked before the run
     return figures.plot_figure3(
         figure3_table,
         [tuple(panel) for panel in figure_plan["panels"]],
         figure_plan["fig3_steps"],
         top_n=int(figure_plan["top_n_words"]),
-        panel_size=style["panel_size"],
-        dpi=int(style["dpi"]),
+        panel_size=style.panel_size,
+        dpi=style.dpi,
     )
 
 

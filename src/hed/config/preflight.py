@@ -261,7 +261,10 @@ def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
     :class:`~hed.pass1.config.MetricsParams`, ``params:mini_rl`` a
     :class:`~hed.config.mini_rl.MiniRLParams` and ``params:mini_rl.task`` a
     :class:`~hed.config.mini_rl.TaskParams`: the nodes read
-    attributes, nothing is parsed again. The whole ``parameters`` dataset (what
+    attributes, nothing is parsed again (``ReportingParams`` carries the figures' style, the
+    token report's and the explorer's options parsed). One exception: a pass@1 source's
+    ``options`` (:class:`~hed.pass1.config.MetricsParams`) stay a checked dict per source,
+    read by key in the metrics and analyses nodes. The whole ``parameters`` dataset (what
     ``resolved_config`` records) is left as configured.
 
     Returns:

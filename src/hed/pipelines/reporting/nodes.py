@@ -454,7 +454,8 @@ def build_token_report(
     """The ``token_report_html`` page: chosen responses of every step, coloured by entropy.
 
     Args:
-        reporting: ``params:reporting`` (its ``token_report`` section, docs/token_report.md).
+        reporting: ``params:reporting``, parsed (:class:`~hed.config.params.ReportingParams`,
+            its ``token_report`` options; docs/token_report.md) or the raw dict.
         checkpoints: generation's ``checkpoints``; each step's ``model_dir`` holds the
             tokenizer that names the top-k alternatives (missing folder: recorded texts).
         entropy_thresholds: one row per (run, step): ``threshold`` (nats), ``top_entropy_frac``.
@@ -470,7 +471,7 @@ def build_token_report(
         ConfigError: a malformed ``reporting.token_report`` section, or ``steps`` matching no
             step.
     """
-    options = token_report.token_report_options(ReportingParams.of(reporting).token_report)
+    options = ReportingParams.of(reporting).token_report
     steps = token_report.step_inputs(run_steps, checkpoints, entropy_thresholds, step_tables)
     report = token_report.build_report(steps, options, prompts=prompts)
     for note in report["notes"]:

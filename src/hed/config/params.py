@@ -217,7 +217,7 @@ class ReportingParams:
     top_n_words: int
     fig3_steps: list[int] | None
     raw: Mapping[str, Any]
-    fig2_measure: str = "count"
+    fig2_measure: str = SECTIONS["reporting"]["fig2_measure"]
     figure2: FigureStyle = FIGURE2_STYLE
     figure3: FigureStyle = FIGURE3_STYLE
     token_report: TokenReportOptions | None = None

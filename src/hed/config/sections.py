@@ -12,7 +12,9 @@ the sampling settings from :class:`hed.decode.types.SamplingParams`, the vLLM en
 :class:`hed.decode.types.VLLMSettings`, the rescoring's from
 :data:`hed.analysis.rescoring.RESCORING_DEFAULTS`, the dynamics' and the analyses' from
 :mod:`hed.config.analysis_params`, the figures' style from :mod:`hed.report.style`, the
-prompts' from :mod:`hed.config.prompt_params`,
+token report's and the explorer's options from their dataclasses,
+``aggregation.chunk_records`` from :data:`hed.records.arrow_stream.DEFAULT_CHUNK`, the prompts'
+from :mod:`hed.config.prompt_params`,
 publishing's from :class:`hed.config.publish.PublishParams`, the W&B keys of ``metrics`` from
 :class:`hed.pass1.config.WandbDefaults`, the mini-RL training's from
 :class:`hed.config.mini_rl.MiniRLParams` and its parts, a run's from :data:`RUN_DEFAULTS`.
@@ -50,8 +52,11 @@ from hed.decode.prompts import DUPLICATE_POLICIES, PromptRendering
 from hed.decode.types import SamplingParams, VLLMSettings
 from hed.errors import ConfigError
 from hed.pass1.config import MetricsParams, WandbDefaults
+from hed.records.arrow_stream import DEFAULT_CHUNK
 from hed.records.shard_metadata import DECODING_DEFAULTS
+from hed.report.explorer.options import ExplorerOptions
 from hed.report.style import DYNAMICS_STYLE, FIGURE2_STYLE, FIGURE3_STYLE
+from hed.report.token_report.options import TokenReportOptions
 
 
 def _defaults_of(cls: type, *, skip: Sequence[str] = ()) -> dict[str, Any]:
@@ -109,7 +114,7 @@ SECTIONS: dict[str, dict[str, Any]] = {
         "vllm": {},
     },
     "generation.vllm": _defaults_of(VLLMSettings),
-    "aggregation": {"top_entropy_frac": 0.2, "chunk_records": 524288, "lexicon": None},
+    "aggregation": {"top_entropy_frac": 0.2, "chunk_records": DEFAULT_CHUNK, "lexicon": None},
     "aggregation.lexicon": {"*": None},
     "metrics": _defaults_of(MetricsParams),  # wandb_defaults, runs
     "metrics.wandb_defaults": _defaults_of(WandbDefaults),
@@ -124,21 +129,8 @@ SECTIONS: dict[str, dict[str, Any]] = {
         "token_report": {},
         "explorer": {},
     },
-    "reporting.token_report": {
-        "enabled": True,
-        "responses_per_step": 8,
-        "max_tokens_per_response": 2000,
-        "steps": None,
-        "seed": 0,
-    },
-    "reporting.explorer": {
-        "enabled": True,
-        "responses_per_step": 16,
-        "max_tokens_per_response": 2000,
-        "steps": None,
-        "seed": 0,
-        "estimator": "grpo",
-    },
+    "reporting.token_report": _defaults_of(TokenReportOptions),  # responses_per_step, ...
+    "reporting.explorer": _defaults_of(ExplorerOptions),  # ..., estimator, enabled
     "reporting.fig3": {"steps": None},
     "reporting.figure2": FIGURE2_STYLE.as_params(),  # panel_size, dpi
     "reporting.figure3": FIGURE3_STYLE.as_params(),

@@ -45,8 +45,20 @@ def moto_s3(bucket: str = BUCKET) -> Iterator[str]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        fsspec.filesystem("s3").clear_instance_cache()
+        clear_s3_instance_caches()
         server.stop()
+
+
+def clear_s3_instance_caches() -> None:
+    """Forget every cached s3fs instance, subclasses' too (HED's atomic subclass keeps its
+    own fsspec cache): a later server, on another port, must not get a client of this one."""
+    import s3fs
+
+    classes = [s3fs.S3FileSystem]
+    while classes:
+        cls = classes.pop()
+        cls.clear_instance_cache()
+        classes.extend(cls.__subclasses__())
 
 
 def s3() -> object:

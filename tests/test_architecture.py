@@ -100,7 +100,7 @@ def test_the_rules_see_imports_inside_functions_and_relative_ones(tmp_path):
     names = imported(probe)
     assert "hed.pipelines.aggregation.nodes" in names  # `from .nodes import ...`
     assert "hed.pipelines.binding.bound" in names
-    assert pipeline_of("hed.pipelines.generation.nodes.sampling_params_from") == "generation"
+    assert pipeline_of("hed.pipelines.generation.nodes.generate_shard") == "generation"
     assert pipeline_of("hed.pipelines.binding.bound") is None
 
 

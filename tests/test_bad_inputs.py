@@ -1430,13 +1430,13 @@ def _(t: Ctx) -> Expect:
 def _(t: Ctx) -> Expect:
     from types import SimpleNamespace
 
-    from hed.hooks import _data_root
+    from hed.hooks import session_data_root
 
     context = SimpleNamespace(
         config_loader={"globals": {"data_root": "hf://datasets/me/study"}}, project_path=t.tmp
     )
     return Expect(
-        lambda: _data_root(context),
+        lambda: session_data_root(context),
         ConfigError,
         ("hf://datasets/me/study", "kedro run --pipelines publish"),
     )

@@ -93,3 +93,13 @@ def test_kedro_run_with_hed_runners_gpurunner(tmp_path):
     good = json.loads((tmp_path / "data/good.json").read_text())
     assert good["pid"] != kedro_pid  # a gpu node: its own process
     assert (tmp_path / "data/after_bad.json").exists()  # the last node of the chain ran
+
+
+def test_the_token_reports_former_import_path_still_works():
+    """Earlier docs and notebooks wrote ``from hed.token_report import notebook_view``."""
+    from hed.report.token_report import notebook_view
+    from hed.token_report import notebook_view as old
+
+    assert old is notebook_view
+    assert old("<p>x</p>", height=300) == notebook_view("<p>x</p>", height=300)
+    assert "height:300px" in old("<p>x</p>", height=300)

@@ -1,6 +1,6 @@
 """Project hooks: cross-cutting concerns that do not belong in nodes.
 
-:class:`ProjectHooks` activates the environment's layout, exports credentials and runs the
+:class:`ProjectHooks` checks the environment and its keys, exports credentials and runs the
 pre-run checks (:mod:`hed.config.preflight`); :class:`ProvenanceHooks` fills ``run_context`` with
 what only the session knows (:mod:`hed.io.provenance`). ``settings.py`` registers both.
 """
@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from kedro.config import MissingConfigException, OmegaConfigLoader
-from kedro.framework import project as kedro_project
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.framework.project import settings
@@ -65,19 +64,15 @@ class ProjectHooks:
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
-        """Hand the environment's parameters to :mod:`hed.config.layout` before pipelines are built.
-
-        The generation and aggregation pipelines have one node per (run, step[, shard]), so
-        ``register_pipelines`` needs the active environment's ``runs`` and ``num_shards``
-        (runtime ``--params`` included).
+        """Check the environment exists and no parameter key is unknown (before
+        :class:`hed.layout_hooks.LayoutHooks` hands the parameters to the layout); keep the
+        session's data root for the run lock.
 
         Also exports ``wandb.api_key`` of the credentials (see :func:`_credentials`) as
         ``WANDB_API_KEY`` (when that variable is not already set) for the metrics pipeline's
         ``wandb`` source; no credentials file or no ``wandb`` entry is fine (W&B is optional).
         """
         check_env_exists(context)
-        # config_loader["parameters"] already holds runtime --params; `context.params` would
-        # build (and cache) every pipeline to validate them, before the layout is known.
         parameters = context.config_loader["parameters"]
         conf_source = context.project_path / settings.CONF_SOURCE
         params.check_unknown_keys(
@@ -86,9 +81,7 @@ class ProjectHooks:
                 key, conf_source, context.env, context.config_loader.runtime_params
             ),
         )
-        self._data_root = _data_root(context)
-        layout.activate(parameters, self._data_root)
-        rebuild_pipelines_on_next_use()
+        self._data_root = session_data_root(context)
         self._conf = (conf_source, Path(context.project_path))
         export_wandb_api_key(_credentials(context))
 
@@ -109,33 +102,13 @@ class ProjectHooks:
 
     @hook_impl
     def after_pipeline_run(self) -> None:
-        """Release the data root's run lock (:mod:`hed.io.run_lock`); the session's
-        configuration is no longer the layout's (:func:`hed.config.layout.deactivate`)."""
+        """Release the data root's run lock (:mod:`hed.io.run_lock`)."""
         run_lock.release(self._data_root)
-        layout.deactivate()
 
     @hook_impl
     def on_pipeline_error(self) -> None:
         """Release the data root's run lock when the run fails or is interrupted."""
         run_lock.release(self._data_root)
-        layout.deactivate()
-
-
-def rebuild_pipelines_on_next_use() -> None:
-    """Make Kedro build its pipelines again, from the session just created, on their next use.
-
-    Kedro caches ``register_pipelines()``'s result process-wide and rebuilds it only when the
-    requested pipeline names change, so a second session in one process (a notebook re-run
-    with other ``--params`` or ``--env``) would run the first one's nodes (its shard count, its
-    steps). ``configure`` is Kedro's own reset; the requested names are kept.
-    """
-    registry = kedro_project.pipelines
-    module = getattr(registry, "_pipelines_module", None)
-    if module is None:  # no project configured (a bare context in a test)
-        return
-    requested = getattr(registry, "_requested_pipelines", None)
-    registry.configure(module)
-    registry.set_requested(requested)
 
 
 def env_label(env: str | None) -> str:
@@ -143,7 +116,7 @@ def env_label(env: str | None) -> str:
     return env if env not in (None, "", "local", "base") else "base"
 
 
-def _data_root(context: KedroContext) -> str:
+def session_data_root(context: KedroContext) -> str:
     """``globals.data_root`` of the context's environment (``data`` when unset), under the
     project folder when relative (as Kedro resolves the catalog's relative file paths)."""
     try:
@@ -442,7 +415,7 @@ class FreshnessHooks:
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
         """Refuse when a dataset the pipeline reads is stale (:meth:`Freshness.check`)."""
-        root = _data_root(self._context) if self._context is not None else layout.data_root()
+        root = session_data_root(self._context) if self._context is not None else layout.data_root()
         self._fresh = Freshness(root)
         self._parameters = catalog.load("parameters")
         asked = run_params.get("pipeline_names") or []

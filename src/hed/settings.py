@@ -12,6 +12,7 @@ from hed.hooks import (
     ResumeHooks,
     ShardPartsHooks,
 )
+from hed.layout_hooks import LayoutHooks
 
 # `kedro run` shows HED's one-line errors without Python's traceback (HED_TRACEBACK=1 for it).
 install_short_tracebacks()
@@ -35,6 +36,7 @@ warnings.filterwarnings("ignore", message=r"The node producing outputs .* 'parti
 # run lock is taken).
 HOOKS = (
     AtomicWritesHooks(),
+    LayoutHooks(),  # before ProjectHooks: its after_context_created runs after that one's checks
     ProjectHooks(),
     ProvenanceHooks(),
     ShardPartsHooks(),

@@ -167,3 +167,29 @@ def test_the_pre_run_check_hands_dynamics_and_analyses_parsed():
                        "params:analyses": MemoryDataset(None)})  # fmt: skip
     with pytest.raises(ConfigError, match=r"^dynamics\.epsilon must be a positive number"):
         parsed_sections(pipeline, bad)
+
+
+def test_a_reference_run_that_is_not_a_run_is_refused_before_the_first_node():
+    """The runs comparison is the chain's last node: a misspelt reference_run must not cost
+    the generation before it."""
+    pipeline = Pipeline([Node(lambda a, r: 1, ["params:analyses", "params:runs"], "out")])
+    runs = {"dapo_with_clip": {"checkpoint_root": "c", "steps": [0]},
+            "dapo_without_clip": {"checkpoint_root": "d", "steps": [0]}}  # fmt: skip
+
+    def catalog(reference):
+        return DataCatalog(
+            {
+                "params:analyses": MemoryDataset({"reference_run": reference}),
+                "params:runs": MemoryDataset(runs),
+            }
+        )
+
+    with pytest.raises(ConfigError) as refused:
+        parsed_sections(pipeline, catalog("nope"))
+    assert str(refused.value) == (
+        "analyses.reference_run 'nope' is not a run of `runs` "
+        "(runs: dapo_with_clip, dapo_without_clip); set it to one of them or null"
+    )
+    parsed = parsed_sections(pipeline, catalog("dapo_without_clip"))
+    assert parsed["analyses"].reference_run == "dapo_without_clip"
+    assert parsed_sections(pipeline, catalog(None))["analyses"].reference_run is None

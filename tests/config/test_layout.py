@@ -95,13 +95,23 @@ def test_each_session_in_one_process_builds_its_own_nodes(tmp_path, smollm2_dir)
                 seen.append(_shard_nodes())
                 assert layout.active_params()["generation"]["num_shards"] == shards
                 assert layout.data_root() == str(project / "data")
-                hooks = [h for h in settings.HOOKS if type(h).__name__ == "ProjectHooks"]
-                hooks[0].after_pipeline_run()  # what the run's end does
+                hooks = [h for h in settings.HOOKS if type(h).__name__ == "LayoutHooks"]
+                hooks[0].before_pipeline_run()  # the run starts: its pipeline is built
                 assert layout.active_session() is None
     assert seen == [
         [f"{RUN}.step_0.shard_{shard}.generate_shard" for shard in range(shards)]
         for shards in (2, 3, 1)
     ]
+    # a run refused before its first node leaves nothing behind either
+    bad = {"generation": {"num_shards": 5}, "prompts": {"seed": "abc"}}
+    with (
+        contextlib.chdir(project),
+        KedroSession.create(project_path=project, runtime_params=bad) as session,
+        pytest.raises(ConfigError, match=r"prompts\.seed"),
+    ):
+        session.run(pipeline_names=["generation"])
+    assert layout.active_session() is None
+    assert layout.active_layout().num_shards == 2  # conf/'s again
 
 
 def test_session_config_builds_pipelines_from_given_params_and_restores():

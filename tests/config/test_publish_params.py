@@ -13,7 +13,7 @@ from hed.config.preflight import check_parameters
 from hed.config.publish import HubPublishParams, WandbPublishParams, publish_params
 from hed.config.sections import SECTIONS, unknown_keys
 from hed.errors import ConfigError
-from hed.hooks import _data_root
+from hed.hooks import session_data_root
 from hed.pipelines.publish import create_pipeline
 
 from ..conftest import REPO_ROOT
@@ -83,7 +83,7 @@ def test_an_hf_data_root_is_refused_pointing_to_publish(tmp_path):
         config_loader={"globals": {"data_root": "hf://datasets/me/study"}}, project_path=tmp_path
     )
     with pytest.raises(ConfigError) as info:
-        _data_root(context)
+        session_data_root(context)
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith("globals.data_root hf://datasets/me/study: a data root on the Hub")

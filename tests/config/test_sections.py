@@ -224,3 +224,17 @@ def test_the_figure_style_report_page_and_batch_defaults_have_one_source():
         if isinstance(node, ast.Constant) and isinstance(node.value, int | float)
     }
     assert not literals & {"524288", "65536", "200", "3.5", "2.6", "3.2", "2000", "16", "8"}
+
+
+def test_an_unknown_key_without_a_near_one_lists_the_valid_keys_as_a_sentence():
+    import pytest
+
+    from hed.config.sections import check_unknown_keys
+    from hed.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        check_unknown_keys({"aggregation": {"zzz": 1}}, lambda key: "--params")
+    assert str(refused.value) == (
+        "unknown parameter aggregation.zzz (set in --params): valid keys here: chunk_records, "
+        "lexicon, top_entropy_frac. HED does not read it, so it would be ignored"
+    )

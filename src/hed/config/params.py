@@ -92,6 +92,17 @@ class GenerationParams:
         """``value`` if already parsed, else :func:`generation_params` of it."""
         return value if isinstance(value, cls) else generation_params(value)
 
+    def backend_args(self, model_dir: str) -> dict[str, Any]:
+        """The arguments of :func:`hed.decode.factory.open_backend` for ``model_dir``: the
+        backend's name, ``dtype``, ``torch_threads`` and the vLLM engine settings."""
+        return {
+            "name": self.backend,
+            "model_dir": model_dir,
+            "dtype": self.dtype,
+            "torch_threads": self.torch_threads,
+            "vllm": self.vllm,
+        }
+
 
 def generation_params(value: Any) -> GenerationParams:
     """Check ``params:generation``: shape, shard/sample counts, sampling parameters, dtype,

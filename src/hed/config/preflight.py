@@ -220,6 +220,7 @@ def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -
         parsed["dynamics"] = dynamics_params(load("dynamics"))
     if "params:analyses" in datasets:
         parsed["analyses"] = analyses_params(load("analyses"))
+        check_reference_run(parsed["analyses"].reference_run, load("runs"))
     if "params:metrics" in datasets:
         runs = load("runs")
         parsed["metrics"] = metrics_params(
@@ -232,6 +233,21 @@ def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -
     if "params:mini_rl.task" in datasets:
         parsed["mini_rl.task"] = task_params(load("mini_rl.task"))
     return parsed
+
+
+def check_reference_run(reference_run: str | None, runs: Any) -> None:
+    """Refuse an ``analyses.reference_run`` that is not a run of ``runs`` before generation
+    (the runs comparison is the chain's last node).
+
+    Raises:
+        ConfigError: one line naming the value and the runs.
+    """
+    if reference_run is None or not isinstance(runs, Mapping) or reference_run in runs:
+        return
+    raise ConfigError(
+        f"analyses.reference_run {reference_run!r} is not a run of `runs` "
+        f"(runs: {', '.join(map(str, runs))}); set it to one of them or null"
+    )
 
 
 #: Sections whose nodes take the parsed object (``StudyLayout.of``, ``PromptsParams.of``,

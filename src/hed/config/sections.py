@@ -227,7 +227,7 @@ def check_unknown_keys(
         return
     key, near = found[0]
     where = f" (set in {origin(key)})" if origin else ""
-    hint = f"did you mean {near}?" if near else f"valid keys here: {_valid_here(key)}"
+    hint = f"did you mean {near}?" if near else f"valid keys here: {_valid_here(key)}."
     more = f"; {len(found) - 1} more unknown key(s)" if len(found) > 1 else ""
     raise ConfigError(
         f"unknown parameter {key}{where}: {hint} HED does not read it, so it would be ignored{more}"

@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 
 from hed.config.layout import StudyLayout
-from hed.config.params import GenerationParams, lexicon_param, sampling_params
+from hed.config.params import GenerationParams, lexicon_param
 from hed.config.prompt_params import PromptsParams
 from hed.core.grading import grade_response, normalise_reference, reference_parses
 from hed.decode.checkpoints import (
@@ -31,7 +31,6 @@ from hed.decode.prompts import (
     sample_rows,
     unique_prompt_rows,
 )
-from hed.decode.types import SamplingParams
 from hed.errors import ConfigError, InputDataError
 from hed.records.schema import SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA, record_key_columns
 from hed.records.sequence import MASS_COLUMNS
@@ -220,23 +219,57 @@ def generate_shard(  # noqa: PLR0917 - Kedro passes the inputs by name
     lexicon = None if aggregation is None else lexicon_param(aggregation)
     entry = checkpoint_entry(checkpoints, run, step)
     mine = prompts[prompts["prompt_index"] % generation.num_shards == shard]
-    # fmt: off
-    with open_backend(generation.backend, entry["model_dir"], dtype=generation.dtype,
-                      torch_threads=generation.torch_threads, vllm=generation.vllm) as backend:
+    key, label = {"run": run, "step": step, "shard": shard}, f"{run}.step_{step}.shard_{shard}"
+    with open_backend(**generation.backend_args(entry["model_dir"])) as backend:
         inputs = prompt_inputs(mine, backend, rendering, generation.max_new_tokens)
         if lexicon is not None:
             backend.record_word_mass(lexicon)
-        metadata = generation_metadata(
-            run, step, shard, generation=generation, backend=backend, checkpoint=entry,
-            prompt_ids=mine["prompt_id"], prompt_params=rendering.as_params(), lexicon=lexicon,
+        metadata = shard_metadata(
+            key,
+            generation,
+            backend,
+            checkpoint=entry,
+            prompts=mine,
+            rendering=rendering,
+            lexicon=lexicon,
         )
         sequences = generate_shard_sequences(
-            backend, inputs, generation, parts=parts, binding=metadata,
-            label=f"{run}.step_{step}.shard_{shard}",
+            backend, inputs, generation, parts=parts, binding=metadata, label=label
         )
-    return shard_tables(sequences, mine, metadata, backend.special_ids,
-                        run=run, step=step, shard=shard)
-    # fmt: on
+    return shard_tables(sequences, mine, metadata, backend.special_ids, **key)
+
+
+def shard_metadata(
+    key: dict[str, Any],
+    generation: GenerationParams,
+    backend: Any,
+    *,
+    checkpoint: dict[str, Any],
+    prompts: pd.DataFrame,
+    rendering: Any,
+    lexicon: Any,
+) -> dict[str, Any]:
+    """The shard's ``hed.generation`` metadata
+    (:func:`hed.records.shard_metadata.generation_metadata`).
+
+    Args:
+        key: ``{"run", "step", "shard"}``.
+        generation: the parsed ``params:generation``.
+        backend: the open backend (its name, version and resolved dtype are recorded).
+        checkpoint: the ``checkpoints`` entry (model_dir and fingerprint).
+        prompts: the shard's rows of ``prompts`` (their ``prompt_id`` are recorded).
+        rendering: the prompt rendering (:class:`hed.decode.prompts.PromptRendering`).
+        lexicon: the lexicon whose word-start mass is recorded, or None.
+    """
+    return generation_metadata(
+        **key,
+        generation=generation,
+        backend=backend,
+        checkpoint=checkpoint,
+        prompt_ids=prompts["prompt_id"],
+        prompt_params=rendering.as_params(),
+        lexicon=lexicon,
+    )
 
 
 def checkpoint_entry(checkpoints: dict[str, Any], run: str, step: int) -> dict[str, Any]:
@@ -287,17 +320,6 @@ def shard_tables(
         "token_records": records.replace_schema_metadata(kv),
         "sequences": seqs.replace_schema_metadata(kv),
     }
-
-
-def sampling_params_from(params: dict[str, Any]) -> SamplingParams:
-    """Build :class:`hed.decode.types.SamplingParams` from ``params:generation``, validated
-    (:func:`hed.config.params.sampling_params`).
-
-    Raises:
-        ConfigError: a missing or out-of-range value (temperature ≤ 0, top_p outside (0, 1],
-            top_k < 1, max_new_tokens, batch_size, top_prob_k or samples_per_prompt < 1).
-    """
-    return sampling_params(params)
 
 
 def records_table(

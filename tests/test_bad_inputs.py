@@ -1289,6 +1289,13 @@ def _(t: Ctx) -> Expect:
     return Expect(plan({**STRICT, "strict": "false"}), ConfigError, ("reporting.strict", "'false'"))
 
 
+@case("reporting-figure-style")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        plan({**STRICT, "figure2": {"dpi": 0}}), ConfigError, ("reporting.figure2.dpi", "got 0")
+    )
+
+
 # ------------------------------------------------------------------ publish
 
 

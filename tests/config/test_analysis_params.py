@@ -63,9 +63,9 @@ def test_dynamics_values_are_read():
         ({"kl_cov_ratio": 2}, "dynamics.kl_cov_ratio must be a number in (0, 1], got 2"),
         ({"clip_cov_band": [5, 1]},
          "dynamics.clip_cov_band must be [lo, hi] with lo < hi (verl: [1.0, 5.0]), got [5, 1]"),
-        ({"figures": 3}, "dynamics.figures must be a mapping, got 3"),
+        ({"figures": 3}, "dynamics.figures must be a mapping (panel_size, dpi), got 3"),
         ({"figures": {"panel_size": [3]}},
-         "dynamics.figures.panel_size must be [width, height], got [3]"),
+         "dynamics.figures.panel_size must be [width, height] in inches, both > 0, got [3]"),
         ({"figures": {"dpi": 9}}, "dynamics.figures.dpi must be an integer ≥ 10, got 9"),
     ],
 )  # fmt: skip

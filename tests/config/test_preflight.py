@@ -57,6 +57,49 @@ def test_a_bad_value_of_any_section_read_stops_the_run_before_its_first_node(sec
     assert message in str(raised.value) and "\n" not in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        ({"reporting": {**REPORTING, "figure2": {"dpi": 0}}},
+         "reporting.figure2.dpi must be an integer ≥ 10, got 0"),
+        ({"reporting": {**REPORTING, "figure3": {"dpi": "abc"}}},
+         "reporting.figure3.dpi must be an integer ≥ 10, got 'abc'"),
+        ({"reporting": {**REPORTING, "figure2": {"dpi": 72.5}}},
+         "reporting.figure2.dpi must be an integer ≥ 10, got 72.5"),
+        ({"reporting": {**REPORTING, "figure3": {"panel_size": [-1, 2]}}},
+         "reporting.figure3.panel_size must be [width, height] in inches, both > 0, got [-1, 2]"),
+        ({"reporting": {**REPORTING, "figure2": {"panel_size": [3.5]}}},
+         "reporting.figure2.panel_size must be [width, height] in inches, both > 0, got [3.5]"),
+        ({"reporting": {**REPORTING, "figure2": {"panel_size": "3.5x2"}}},
+         "reporting.figure2.panel_size must be [width, height] in inches, both > 0, "
+         "got '3.5x2'"),
+        ({"dynamics": {"figures": {"dpi": 0}}},
+         "dynamics.figures.dpi must be an integer ≥ 10, got 0"),
+        ({"dynamics": {"figures": {"panel_size": [3, 0]}}},
+         "dynamics.figures.panel_size must be [width, height] in inches, both > 0, got [3, 0]"),
+    ],
+)  # fmt: skip
+def test_a_bad_figure_style_is_refused_before_the_first_node_in_one_line(sections, message):
+    """reporting.figure2/figure3 and dynamics.figures are parsed by the pre-run check (a dpi
+    of 0 used to end in matplotlib's traceback after 7 nodes, 'abc' in int()'s ValueError)."""
+    with pytest.raises(ConfigError) as raised:
+        _run(sections)
+    assert str(raised.value) == message
+
+
+def test_the_figure_style_reaches_the_nodes_parsed():
+    from hed.config.preflight import parsed_sections
+    from hed.report.style import FigureStyle
+
+    sections = {"reporting": {**REPORTING, "figure2": {"dpi": 72}}, "dynamics": None}
+    pipeline = Pipeline([Node(_identity, [f"params:{k}" for k in sections], "out", name="n")])
+    catalog = DataCatalog({f"params:{k}": MemoryDataset(v) for k, v in sections.items()})
+    parsed = parsed_sections(pipeline, catalog)
+    assert parsed["reporting"].figure2 == FigureStyle((3.5, 2.8), 72)
+    assert parsed["reporting"].figure3 == FigureStyle((2.6, 3.6), 200)
+    assert parsed["dynamics"].figures == FigureStyle((3.2, 2.2), 200)
+
+
 def test_short_message_finds_the_hed_error_kedro_wrapped():
     from kedro.io.core import DatasetError
 

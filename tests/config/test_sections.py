@@ -128,11 +128,17 @@ def test_the_sampling_defaults_have_one_source():
 
 def test_reporting_is_handed_parsed_with_the_figure_style_defaults_filled_in():
     from hed.config.params import ReportingParams, reporting_params, reporting_section
+    from hed.report.explorer.options import ExplorerOptions
+    from hed.report.style import FigureStyle
+    from hed.report.token_report.options import TokenReportOptions
 
     parsed = reporting_params({"top_n_words": 5, "figure2": {"dpi": 100}})
     assert (parsed.top_n_words, parsed.fig2_measure, parsed.strict) == (5, "count", False)
-    assert parsed.figure2 == {"panel_size": [3.5, 2.8], "dpi": 100}
-    assert parsed.figure3 == SECTIONS["reporting.figure3"] == {"panel_size": [2.6, 3.6], "dpi": 200}
+    assert parsed.figure2 == FigureStyle((3.5, 2.8), 100)
+    assert parsed.figure3 == FigureStyle((2.6, 3.6), 200)
+    assert parsed.figure3.as_params() == SECTIONS["reporting.figure3"]
+    assert parsed.token_report == TokenReportOptions(8, 2000, None, 0, True)
+    assert parsed.explorer == ExplorerOptions(16, 2000, None, 0, "grpo", True)
     assert ReportingParams.of(parsed) is parsed
     # a node written for the dict still reads the section as configured
     assert reporting_section(parsed) == {"top_n_words": 5, "figure2": {"dpi": 100}}
@@ -158,6 +164,66 @@ def test_the_backend_and_dtype_defaults_have_one_source():
             if isinstance(node, ast.Constant) and node.value in ("hf", "by_device")
         ]
         assert sorted(literals) == sorted(["hf", "by_device"] * times), module.__name__
+
+
+def test_the_figure_style_report_page_and_batch_defaults_have_one_source():
+    """Each of these defaults is written once, in the layer that uses it; the key list
+    (SECTIONS), the typed sections and the lower functions' argument defaults read it."""
+    import ast
+    import inspect
+
+    from hed.analysis import correctness, covariance
+    from hed.config import sections
+    from hed.config.params import ReportingParams
+    from hed.pass1 import config as pass1_config
+    from hed.pass1 import wandb_online
+    from hed.records import arrow_stream
+    from hed.report import dynamics_figures, figures, style
+    from hed.report.explorer.options import ExplorerOptions
+    from hed.report.token_report.options import TokenReportOptions
+
+    # the values, once
+    assert style.FIGURE2_STYLE == style.FigureStyle((3.5, 2.8), 200)
+    assert style.FIGURE3_STYLE == style.FigureStyle((2.6, 3.6), 200)
+    assert style.DYNAMICS_STYLE == style.FigureStyle((3.2, 2.2), 200)
+    assert SECTIONS["reporting.figure2"] == {"panel_size": [3.5, 2.8], "dpi": 200}
+    assert SECTIONS["reporting.figure3"] == {"panel_size": [2.6, 3.6], "dpi": 200}
+    assert SECTIONS["dynamics.figures"] == {"panel_size": [3.2, 2.2], "dpi": 200}
+    assert SECTIONS["reporting.token_report"] == dataclasses.asdict(TokenReportOptions())
+    assert SECTIONS["reporting.explorer"] == dataclasses.asdict(ExplorerOptions())
+    assert SECTIONS["aggregation"]["chunk_records"] == arrow_stream.DEFAULT_CHUNK == 524_288
+    assert SECTIONS["dynamics"]["batch_records"] == covariance.BATCH_RECORDS == 65_536
+    assert pass1_config._OPTIONS["wandb"][1]["timeout"] == wandb_online.TIMEOUT_S == 20
+    assert ReportingParams.fig2_measure == SECTIONS["reporting"]["fig2_measure"] == "count"
+    # the argument defaults are the same objects, not copies of the literals
+    defaults = {
+        (fn.__name__, name): p.default
+        for fn in (
+            figures.plot_figure2,
+            figures.plot_figure3,
+            dynamics_figures.plot_advantage_covariance,
+            dynamics_figures.plot_entropy_by_correctness,
+            correctness.entropy_by_correctness,
+            wandb_online.read_wandb_history,
+        )
+        for name, p in inspect.signature(fn).parameters.items()
+        if name in ("panel_size", "dpi", "batch_records", "timeout")
+    }
+    assert defaults[("plot_figure2", "panel_size")] is style.FIGURE2_STYLE.panel_size
+    assert defaults[("plot_figure3", "panel_size")] is style.FIGURE3_STYLE.panel_size
+    for fn in ("plot_advantage_covariance", "plot_entropy_by_correctness"):
+        assert defaults[(fn, "panel_size")] is style.DYNAMICS_STYLE.panel_size
+    assert {v for (_, k), v in defaults.items() if k == "dpi"} == {style.DPI}
+    assert defaults[("entropy_by_correctness", "batch_records")] == covariance.BATCH_RECORDS
+    assert defaults[("read_wandb_history", "timeout")] == wandb_online.TIMEOUT_S
+    # and sections.py writes none of these values as a literal
+    tree = ast.parse(inspect.getsource(sections))
+    literals = {
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float)
+    }
+    assert not literals & {"524288", "65536", "200", "3.5", "2.6", "3.2", "2000", "16", "8"}
 
 
 def test_an_unknown_key_without_a_near_one_lists_the_valid_keys_as_a_sentence():

@@ -798,3 +798,32 @@ def test_the_plan_is_the_same_from_the_parsed_runs_and_the_raw_dict(records):
         ["dapo_without_clip", "without_clip"], ["dapo_with_clip", "with_clip"]
     ]  # fmt: skip
     assert figure2_dataset(parsed) == figure2_dataset(RUNS) == "figure2_paper_reproduction"
+
+
+def test_figure_nodes_draw_the_same_png_from_the_raw_dict_and_from_the_parsed_section(
+    records, tmp_path
+):
+    """The pre-run check hands plot_figure*_png a ReportingParams (its figure2/figure3 a
+    FigureStyle); a notebook passes the dict: the same size, dpi and pixels either way."""
+    from hed.config.params import reporting_params
+    from hed.pipelines.reporting.nodes import plot_figure3_png
+
+    figure_plan = plan(records)
+    parsed = reporting_params(REPORTING)
+    fig2 = build_figure2_table(summary_from(records), pass1_for_figures(), figure_plan)
+    fig3 = build_figure3_table(token_mass_from(records), figure_plan)
+    for node, table, style in (
+        (plot_figure2_png, fig2, REPORTING["figure2"]),
+        (plot_figure3_png, fig3, REPORTING["figure3"]),
+    ):
+        pngs = []
+        for i, reporting in enumerate((REPORTING, parsed)):
+            fig = node(table, figure_plan, reporting)
+            assert fig.dpi == style["dpi"] == 60
+            path = tmp_path / f"{node.__name__}_{i}.png"
+            fig.savefig(path, dpi=fig.dpi)
+            pngs.append(path.read_bytes())
+        assert pngs[0] == pngs[1]
+    message = r"^reporting\.figure2\.dpi must be an integer ≥ 10, got 0$"
+    with pytest.raises(ConfigError, match=message):
+        plot_figure2_png(fig2, figure_plan, {**REPORTING, "figure2": {"dpi": 0}})

@@ -122,3 +122,29 @@ def test_node_is_in_the_pipeline_only_when_configured():
     assert "build_token_report" not in {n.name for n in off.nodes}
     absent = create_pipeline(params={"runs": params_for(None)["runs"]})
     assert "build_token_report" not in {n.name for n in absent.nodes}
+
+
+def test_the_node_draws_the_same_page_from_the_raw_dict_and_from_the_parsed_section(
+    saved_inputs,
+):
+    """The pre-run check hands build_token_report a ReportingParams (its token_report parsed
+    once); a notebook passes the dict: the page is the same string either way."""
+    from hed.config.params import reporting_params
+    from hed.pipelines.reporting.nodes import build_token_report
+
+    root, _ = saved_inputs
+    catalog = project_catalog(root)
+    reporting = params_for({"responses_per_step": 3, "seed": 1})["reporting"]
+    tables = [
+        catalog.load(f"{RUN}.step_{s}.{n}") for s in STEPS for n in ("sequences", "token_records")
+    ]
+    inputs = (
+        catalog.load("checkpoints"),
+        catalog.load("entropy_thresholds"),
+        catalog.load("prompts"),
+    )
+    run_steps = [(RUN, "single", s) for s in STEPS]
+    raw = build_token_report(reporting, *inputs, *tables, run_steps=run_steps)
+    parsed = build_token_report(reporting_params(reporting), *inputs, *tables, run_steps=run_steps)
+    assert raw == parsed
+    assert page_data(raw)["options"]["responses_per_step"] == 3

@@ -459,3 +459,19 @@ def test_node_builds_the_page_from_the_catalog_inputs(demo):
     assert index["options"]["estimator"] == "dr_grpo"
     assert run["keys"] == [list(k) for k in tr.choose_keys(DEMO, 2, seed=1)]
     assert page.count('<script type="application/json" id="hed-block-') == len(STEPS)
+    # the pre-run check hands the node a ReportingParams (explorer parsed once): the same page
+    from hed.config.params import reporting_params
+
+    parsed = reporting_params(
+        {"explorer": {"responses_per_step": 2, "seed": 1, "estimator": "dr_grpo"}}
+    )
+    assert parsed.explorer == ExplorerOptions(2, 2000, None, 1, "dr_grpo", True)
+    assert page == build_study_explorer(
+        parsed,
+        {},
+        thresholds,
+        demo_prompts(),
+        figure2,
+        *[t for s in STEPS for t in (tables[s][1], tables[s][0])],
+        run_steps=[(RUN, "single", s) for s in STEPS],
+    )

@@ -24,6 +24,7 @@ import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from hed.analysis.covariance import BATCH_RECORDS
 from hed.errors import InputDataError
 from hed.records.arrow_stream import row_group_batches
 from hed.records.response_index import ResponseIndex
@@ -37,7 +38,7 @@ def entropy_by_correctness(
     token_records: ds.Dataset,
     index: ResponseIndex,
     correct: np.ndarray,
-    batch_records: int = 65_536,
+    batch_records: int = BATCH_RECORDS,
 ) -> tuple[list[dict[str, Any]], int]:
     """Per-correctness entropy statistics of one step (one streaming pass).
 

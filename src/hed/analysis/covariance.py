@@ -60,6 +60,7 @@ from hed.records.response_index import ResponseIndex
 #: Defaults: Clip-Cov band (verl's clip_cov_lb, clip_cov_ub) and the KL-Cov ratio k.
 CLIP_COV_BAND = (1.0, 5.0)
 KL_COV_RATIO = 0.002
+#: Records per batch read (``dynamics.batch_records`` default; also the correctness pass's).
 BATCH_RECORDS = 65_536
 
 #: Columns of the KL-Cov top-token table (per step and estimator, rank 1 = largest cov).

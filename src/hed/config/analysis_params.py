@@ -27,40 +27,19 @@ from hed.analysis.trainer_entropy import METRIC_KEY, TOLERANCE_NATS
 from hed.core.advantage import DEFAULT_EPSILON, ESTIMATORS, check_estimators
 from hed.core.validators import positive_int, section
 from hed.errors import ConfigError
-
-#: dpi of every analysis figure unless set.
-DPI = 200
-
-
-def _dpi(value: Any, key: str) -> int:
-    """A figure's dpi: an integer ≥ 10.
-
-    Raises:
-        ConfigError: ``<key> must be an integer ≥ 10, got <value>``.
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 10:
-        raise ConfigError(f"{key} must be an integer ≥ 10, got {value!r}")
-    return value
+from hed.report.style import DPI, DYNAMICS_STYLE, FigureStyle, check_dpi, figure_style
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+#: ``dynamics.figures``: the style of the dynamics figures (one column of panels per run,
+#: two rows; defaults :data:`hed.report.style.DYNAMICS_STYLE`).
+DynamicsFigures = FigureStyle
+
+
 # ------------------------------------------------------------------ dynamics
-
-
-@dataclass(frozen=True)
-class DynamicsFigures:
-    """``dynamics.figures``: the style of the dynamics figures.
-
-    Attributes:
-        panel_size: (width, height) in inches of one panel (one column per run, two rows).
-        dpi: dots per inch of the PNGs, ≥ 10.
-    """
-
-    panel_size: tuple[float, float] = (3.2, 2.2)
-    dpi: int = DPI
 
 
 @dataclass(frozen=True)
@@ -73,13 +52,14 @@ class DynamicsParams:
         covariance: KL-Cov ratio, Clip-Cov band and records per batch
             (:class:`hed.analysis.covariance.CovarianceSettings`; the section's flat keys
             ``kl_cov_ratio``, ``clip_cov_band``, ``batch_records``).
-        figures: the figures' style (``dynamics.figures``).
+        figures: the figures' style (``dynamics.figures``,
+            :class:`hed.report.style.FigureStyle`).
     """
 
     estimators: tuple[str, ...] = ESTIMATORS
     epsilon: float = DEFAULT_EPSILON
     covariance: CovarianceSettings = field(default_factory=CovarianceSettings)
-    figures: DynamicsFigures = field(default_factory=DynamicsFigures)
+    figures: FigureStyle = DYNAMICS_STYLE
 
     @classmethod
     def of(cls, value: Any) -> DynamicsParams:
@@ -104,23 +84,8 @@ def dynamics_params(value: Any) -> DynamicsParams:
         estimators=estimators,
         epsilon=float(epsilon),
         covariance=CovarianceSettings.from_params(raw),
-        figures=_dynamics_figures(raw.get("figures")),
+        figures=figure_style(raw.get("figures"), "dynamics.figures", DYNAMICS_STYLE),
     )
-
-
-def _dynamics_figures(value: Any) -> DynamicsFigures:
-    if value is not None and not isinstance(value, Mapping):
-        raise ConfigError(f"dynamics.figures must be a mapping, got {value!r}")
-    style = value or {}
-    size = style.get("panel_size", DynamicsFigures.panel_size)
-    if (
-        not isinstance(size, list | tuple)
-        or len(size) != 2
-        or not all(_number(v) and v > 0 for v in size)
-    ):
-        raise ConfigError(f"dynamics.figures.panel_size must be [width, height], got {size!r}")
-    dpi = _dpi(style.get("dpi", DynamicsFigures.dpi), "dynamics.figures.dpi")
-    return DynamicsFigures((float(size[0]), float(size[1])), dpi)
 
 
 # ------------------------------------------------------------------ analyses
@@ -208,7 +173,7 @@ def analyses_params(value: Any) -> AnalysesParams:
             section(raw.get("trainer_entropy"), "analyses.trainer_entropy")
         ),
         delta_logprob=_delta_logprob(section(raw.get("delta_logprob"), "analyses.delta_logprob")),
-        dpi=_dpi(raw.get("dpi", DPI), "analyses.dpi"),
+        dpi=check_dpi(raw.get("dpi", DPI), "analyses.dpi"),
     )
 
 

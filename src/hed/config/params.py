@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hed.config.sections import (
     DUPLICATE_POLICIES,
@@ -50,6 +50,11 @@ from hed.decode.backend import BACKENDS, check_backend_name
 from hed.decode.types import SamplingParams, VLLMSettings
 from hed.errors import ConfigError
 from hed.records.shard_metadata import DECODING_DEFAULTS
+from hed.report.style import FIGURE2_STYLE, FIGURE3_STYLE, FigureStyle, figure_style
+
+if TYPE_CHECKING:
+    from hed.report.explorer.options import ExplorerOptions
+    from hed.report.token_report.options import TokenReportOptions
 
 # ------------------------------------------------------------------ typed sections
 
@@ -211,19 +216,23 @@ class ReportingParams:
         fig3_steps: ``reporting.fig3.steps`` sorted, or ``None`` (first/middle/last).
         raw: the section as a dict.
         fig2_measure: what Figure 2's bars measure (:func:`fig2_measure_param`).
-        figure2, figure3: the figures' style (``panel_size``, ``dpi``), each default filled in.
-        token_report: the ``reporting.token_report`` section as given (parsed by
-            :func:`hed.report.token_report.token_report_options`).
+        figure2, figure3: the figures' style (:class:`hed.report.style.FigureStyle`; a key left
+            out takes :data:`~hed.report.style.FIGURE2_STYLE`'s / ``FIGURE3_STYLE``'s value).
+        token_report: ``reporting.token_report`` parsed
+            (:class:`hed.report.token_report.options.TokenReportOptions`; absent: its defaults).
+        explorer: ``reporting.explorer`` parsed
+            (:class:`hed.report.explorer.options.ExplorerOptions`; absent: its defaults).
     """
 
     strict: bool
     top_n_words: int
     fig3_steps: list[int] | None
     raw: Mapping[str, Any]
-    fig2_measure: str = "count"
-    figure2: Mapping[str, Any] | None = None
-    figure3: Mapping[str, Any] | None = None
-    token_report: Any = None
+    fig2_measure: str = SECTIONS["reporting"]["fig2_measure"]
+    figure2: FigureStyle = FIGURE2_STYLE
+    figure3: FigureStyle = FIGURE3_STYLE
+    token_report: TokenReportOptions | None = None
+    explorer: ExplorerOptions | None = None
 
     @classmethod
     def of(cls, value: Any) -> ReportingParams:
@@ -273,11 +282,15 @@ def top_n_words_param(reporting: Mapping[str, Any]) -> int:
 
 def reporting_params(value: Any) -> ReportingParams:
     """Check ``params:reporting`` (shape, ``strict``, ``top_n_words``, ``fig3.steps``,
-    ``fig2_measure``) and fill in the figures' style defaults.
+    ``fig2_measure``, the figures' style, ``token_report``, ``explorer``), each parsed once.
 
     Raises:
-        ConfigError: the first invalid value.
+        ConfigError: the first invalid value, naming ``reporting.<key>`` (e.g.
+            ``reporting.figure2.dpi must be an integer ≥ 10, got 0``).
     """
+    from hed.report.explorer.options import explorer_options
+    from hed.report.token_report.options import token_report_options
+
     raw = reporting_section(value)
     return ReportingParams(
         strict=raw.get("strict", default("reporting", "strict")),
@@ -285,9 +298,10 @@ def reporting_params(value: Any) -> ReportingParams:
         fig3_steps=fig3_steps_param(raw),
         raw=raw,
         fig2_measure=fig2_measure_param(raw),
-        figure2={**SECTIONS["reporting.figure2"], **(raw.get("figure2") or {})},
-        figure3={**SECTIONS["reporting.figure3"], **(raw.get("figure3") or {})},
-        token_report=raw.get("token_report"),
+        figure2=figure_style(raw.get("figure2"), "reporting.figure2", FIGURE2_STYLE),
+        figure3=figure_style(raw.get("figure3"), "reporting.figure3", FIGURE3_STYLE),
+        token_report=token_report_options(raw.get("token_report")),
+        explorer=explorer_options(raw.get("explorer")),
     )
 
 

@@ -155,8 +155,10 @@ def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -
     :func:`hed.config.layout.layout_from_params`), ``prompts``
     (:func:`hed.config.prompt_params.prompts_params`), ``generation`` (sampling parameters, dtype,
     backend), ``aggregation`` (``top_entropy_frac``, the lexicon), ``reporting`` (section
-    shape, ``top_n_words``, ``fig3.steps``) and, with ``reporting.strict: true``, the
-    completeness rules that need no data (:func:`check_strict_completeness`), ``rescoring``
+    shape, ``top_n_words``, ``fig3.steps``, ``fig2_measure``, the figures' style
+    ``figure2``/``figure3``, ``token_report``, ``explorer``) and, with
+    ``reporting.strict: true``, the completeness rules that need no data
+    (:func:`check_strict_completeness`), ``rescoring``
     (:func:`hed.analysis.rescoring.rescoring_section`), ``publish`` (destinations and their
     targets: :func:`hed.config.publish.publish_params`), ``dynamics`` and ``analyses``
     (:mod:`hed.config.analysis_params`), ``metrics`` (each run's pass@1 sources:
@@ -210,10 +212,6 @@ def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -
         if reporting.strict:
             check_strict_completeness(reporting, load("runs") or {}, load("metrics"))
         check_token_report_steps(reporting, load("runs") or {}, parsed.get("runs"))
-        if reporting.raw.get("explorer") is not None:  # the study explorer's bounds
-            from hed.report.explorer import explorer_options
-
-            explorer_options(reporting.raw["explorer"])
     if "params:rescoring" in datasets:
         parsed["rescoring"] = rescoring_section(load("rescoring"))
     if "params:publish" in datasets:
@@ -279,7 +277,10 @@ def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
     :class:`~hed.pass1.config.MetricsParams`, ``params:mini_rl`` a
     :class:`~hed.config.mini_rl.MiniRLParams` and ``params:mini_rl.task`` a
     :class:`~hed.config.mini_rl.TaskParams`: the nodes read
-    attributes, nothing is parsed again. The whole ``parameters`` dataset (what
+    attributes, nothing is parsed again (``ReportingParams`` carries the figures' style, the
+    token report's and the explorer's options parsed). One exception: a pass@1 source's
+    ``options`` (:class:`~hed.pass1.config.MetricsParams`) stay a checked dict per source,
+    read by key in the metrics and analyses nodes. The whole ``parameters`` dataset (what
     ``resolved_config`` records) is left as configured.
 
     Returns:
@@ -369,13 +370,7 @@ def check_token_report_steps(
         ConfigError: the wording of :func:`hed.report.token_report.payload.build_report` and
             :mod:`hed.report.explorer.builder`.
     """
-    from hed.report.explorer import explorer_options
-    from hed.report.token_report.options import token_report_options
-
-    pages = {
-        "token_report": token_report_options(reporting.raw.get("token_report")),
-        "explorer": explorer_options(reporting.raw.get("explorer")),
-    }
+    pages = {"token_report": reporting.token_report, "explorer": reporting.explorer}
     available: set[int] = set()
     if study is not None:
         available = {step for _, step in study.run_steps()}

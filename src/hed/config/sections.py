@@ -11,7 +11,10 @@ Defaults that a typed section already declares are taken from it, so each lives 
 the sampling settings from :class:`hed.decode.types.SamplingParams`, the vLLM engine's from
 :class:`hed.decode.types.VLLMSettings`, the rescoring's from
 :data:`hed.analysis.rescoring.RESCORING_DEFAULTS`, the dynamics' and the analyses' from
-:mod:`hed.config.analysis_params`, the prompts' from :mod:`hed.config.prompt_params`,
+:mod:`hed.config.analysis_params`, the figures' style from :mod:`hed.report.style`, the
+token report's and the explorer's options from their dataclasses,
+``aggregation.chunk_records`` from :data:`hed.records.arrow_stream.DEFAULT_CHUNK`, the prompts'
+from :mod:`hed.config.prompt_params`,
 publishing's from :class:`hed.config.publish.PublishParams`, the W&B keys of ``metrics`` from
 :class:`hed.pass1.config.WandbDefaults`, the mini-RL training's from
 :class:`hed.config.mini_rl.MiniRLParams` and its parts, a run's from :data:`RUN_DEFAULTS`.
@@ -32,7 +35,6 @@ from hed.analysis.rescoring import RESCORING_DEFAULTS
 from hed.config.analysis_params import (
     AnalysesParams,
     DeltaLogprobSettings,
-    DynamicsFigures,
     DynamicsParams,
     MismatchSettings,
     TrainerEntropySettings,
@@ -50,7 +52,11 @@ from hed.decode.prompts import DUPLICATE_POLICIES, PromptRendering
 from hed.decode.types import SamplingParams, VLLMSettings
 from hed.errors import ConfigError
 from hed.pass1.config import MetricsParams, WandbDefaults
+from hed.records.arrow_stream import DEFAULT_CHUNK
 from hed.records.shard_metadata import DECODING_DEFAULTS
+from hed.report.explorer.options import ExplorerOptions
+from hed.report.style import DYNAMICS_STYLE, FIGURE2_STYLE, FIGURE3_STYLE
+from hed.report.token_report.options import TokenReportOptions
 
 
 def _defaults_of(cls: type, *, skip: Sequence[str] = ()) -> dict[str, Any]:
@@ -58,7 +64,7 @@ def _defaults_of(cls: type, *, skip: Sequence[str] = ()) -> dict[str, Any]:
     without a default, a tuple as a list, a nested section (a dataclass) as ``{}`` (its keys
     are listed under its own dotted name). Fields in ``skip`` (derived, not keys) are left out.
 
-    E.g. ``_defaults_of(DynamicsFigures)`` → ``{"panel_size": [3.2, 2.2], "dpi": 200}``.
+    E.g. ``_defaults_of(DeltaLogprobSettings)`` → ``{"top_n": 20, "min_count": 2}``.
     """
     out: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
@@ -108,7 +114,7 @@ SECTIONS: dict[str, dict[str, Any]] = {
         "vllm": {},
     },
     "generation.vllm": _defaults_of(VLLMSettings),
-    "aggregation": {"top_entropy_frac": 0.2, "chunk_records": 524288, "lexicon": None},
+    "aggregation": {"top_entropy_frac": 0.2, "chunk_records": DEFAULT_CHUNK, "lexicon": None},
     "aggregation.lexicon": {"*": None},
     "metrics": _defaults_of(MetricsParams),  # wandb_defaults, runs
     "metrics.wandb_defaults": _defaults_of(WandbDefaults),
@@ -123,30 +129,17 @@ SECTIONS: dict[str, dict[str, Any]] = {
         "token_report": {},
         "explorer": {},
     },
-    "reporting.token_report": {
-        "enabled": True,
-        "responses_per_step": 8,
-        "max_tokens_per_response": 2000,
-        "steps": None,
-        "seed": 0,
-    },
-    "reporting.explorer": {
-        "enabled": True,
-        "responses_per_step": 16,
-        "max_tokens_per_response": 2000,
-        "steps": None,
-        "seed": 0,
-        "estimator": "grpo",
-    },
+    "reporting.token_report": _defaults_of(TokenReportOptions),  # responses_per_step, ...
+    "reporting.explorer": _defaults_of(ExplorerOptions),  # ..., estimator, enabled
     "reporting.fig3": {"steps": None},
-    "reporting.figure2": {"panel_size": [3.5, 2.8], "dpi": 200},
-    "reporting.figure3": {"panel_size": [2.6, 3.6], "dpi": 200},
+    "reporting.figure2": FIGURE2_STYLE.as_params(),  # panel_size, dpi
+    "reporting.figure3": FIGURE3_STYLE.as_params(),
     "publish": _defaults_of(PublishParams),
     "publish.wandb": _defaults_of(WandbPublishParams),
     "publish.hub": _defaults_of(HubPublishParams),
     # estimators, epsilon, the covariance settings (kl_cov_ratio, clip_cov_band, batch_records)
     "dynamics": _flat(DynamicsParams, "covariance", CovarianceSettings),
-    "dynamics.figures": _defaults_of(DynamicsFigures),
+    "dynamics.figures": DYNAMICS_STYLE.as_params(),
     "rescoring": {**RESCORING_DEFAULTS, "reference": {}},
     "rescoring.reference": RESCORING_DEFAULTS["reference"],
     "analyses": _defaults_of(AnalysesParams),  # reference_run, mismatch, ..., dpi

@@ -17,7 +17,7 @@ from typing import Any
 from hed.core.validators import section
 from hed.errors import ConfigError
 from hed.pass1.history import DEFAULT_METRIC_KEY, DEFAULT_STEP_KEY, SCALES
-from hed.pass1.wandb_online import wandb_run_ref
+from hed.pass1.wandb_online import TIMEOUT_S, wandb_run_ref
 
 SOURCES = ("wandb", "wandb_offline", "csv", "generated")
 WANDB_SOURCES = ("wandb", "wandb_offline")
@@ -39,7 +39,7 @@ _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
             "metric_key": None,
             "step_key": None,
             "base_url": None,
-            "timeout": 20,
+            "timeout": TIMEOUT_S,
         },
     ),
     "wandb_offline": (("path",), {"metric_key": None, "step_key": None}),

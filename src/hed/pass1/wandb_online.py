@@ -28,6 +28,10 @@ from hed.pass1.history import (
 
 logger = logging.getLogger(__name__)
 
+#: Seconds of W&B's HTTP timeout unless the source sets ``timeout``
+#: (``metrics.runs.<run>.sources.wandb.timeout``).
+TIMEOUT_S = 20
+
 
 @dataclass(frozen=True)
 class WandbRunRef:
@@ -201,7 +205,7 @@ def read_wandb_history(
     metric_key: str = DEFAULT_METRIC_KEY,
     step_key: str = DEFAULT_STEP_KEY,
     base_url: str | None = None,
-    timeout: int | None = 20,
+    timeout: int | None = TIMEOUT_S,
     api_factory: Callable[..., Any] | None = None,
 ) -> pd.DataFrame:
     """Read a metric's full history from the W&B API.

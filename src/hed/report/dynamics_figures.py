@@ -23,9 +23,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from hed.report.figures import OKABE_ITO, RC_PARAMS, figure_size, font_family
+from hed.report.style import DYNAMICS_STYLE
 
-#: Inches (width, height) of one panel.
-PANEL_SIZE = (3.2, 2.2)
+#: Inches (width, height) of one panel (:data:`hed.report.style.DYNAMICS_STYLE`).
+PANEL_SIZE = DYNAMICS_STYLE.panel_size
 ESTIMATOR_STYLE = {
     "grpo": {"color": OKABE_ITO["blue"], "marker": "o", "label": "GRPO advantage"},
     "dr_grpo": {"color": OKABE_ITO["orange"], "marker": "s", "label": "Dr. GRPO advantage"},
@@ -71,7 +72,7 @@ def plot_advantage_covariance(
     runs: Sequence[tuple[str, str]],
     *,
     panel_size: Sequence[float] = PANEL_SIZE,
-    dpi: int = 200,
+    dpi: int = DYNAMICS_STYLE.dpi,
 ) -> Figure:
     """Mean Cov(log π, A) (top) and zero-advantage share (bottom) over steps, per run.
 
@@ -133,7 +134,7 @@ def plot_entropy_by_correctness(
     runs: Sequence[tuple[str, str]],
     *,
     panel_size: Sequence[float] = PANEL_SIZE,
-    dpi: int = 200,
+    dpi: int = DYNAMICS_STYLE.dpi,
 ) -> Figure:
     """Mean entropy (top) and anthropomorphic high-entropy tokens per 1k tokens (bottom) of
     correct and incorrect responses over steps, per run.

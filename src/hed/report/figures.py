@@ -26,6 +26,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from hed.report.style import FIGURE2_STYLE, FIGURE3_STYLE
+
 #: Okabe & Ito (2008) colour-blind-safe palette.
 OKABE_ITO = {
     "black": "#000000",
@@ -172,8 +174,8 @@ def plot_figure2(
     runs: Sequence[tuple[str, str]],
     *,
     single_run: bool,
-    panel_size: Sequence[float] = (3.5, 2.8),
-    dpi: int = 200,
+    panel_size: Sequence[float] = FIGURE2_STYLE.panel_size,
+    dpi: int = FIGURE2_STYLE.dpi,
     measure: str = "count",
     steps: Sequence[int] | None = None,
 ) -> Figure:
@@ -330,8 +332,8 @@ def plot_figure3(
     steps: Sequence[int],
     *,
     top_n: int = 20,
-    panel_size: Sequence[float] = (2.6, 3.6),
-    dpi: int = 200,
+    panel_size: Sequence[float] = FIGURE3_STYLE.panel_size,
+    dpi: int = FIGURE3_STYLE.dpi,
 ) -> Figure:
     """Figure 3: top words at high-entropy positions, per (run, step), coloured by category.
 

@@ -11,14 +11,14 @@ from typing import Any
 
 import pandas as pd
 
-from hed.config.params import reporting_section
+from hed.config.params import ReportingParams
 from hed.report import explorer, token_report
 
 logger = logging.getLogger(__name__)
 
 
 def build_study_explorer(
-    reporting: dict[str, Any],
+    reporting: ReportingParams | dict[str, Any],
     checkpoints: dict[str, Any],
     entropy_thresholds: pd.DataFrame,
     prompts: pd.DataFrame,
@@ -29,7 +29,8 @@ def build_study_explorer(
     """The ``study_explorer_html`` page: every run, step and chosen response, explorable.
 
     Args:
-        reporting: ``params:reporting`` (its ``explorer`` section, docs/explorer.md).
+        reporting: ``params:reporting``, parsed (:class:`~hed.config.params.ReportingParams`,
+            its ``explorer`` options; docs/explorer.md) or the raw dict.
         checkpoints: generation's ``checkpoints`` (tokenizer folders naming the alternatives).
         entropy_thresholds: one row per (run, step): ``threshold`` (nats), ``top_entropy_frac``.
         prompts: the ``prompts`` table.
@@ -44,7 +45,7 @@ def build_study_explorer(
     Raises:
         ConfigError: a malformed ``reporting.explorer`` section, or ``steps`` matching no step.
     """
-    options = explorer.explorer_options(reporting_section(reporting).get("explorer"))
+    options = ReportingParams.of(reporting).explorer
     steps = token_report.step_inputs(run_steps, checkpoints, entropy_thresholds, step_tables)
     data = explorer.build_explorer(steps, options, prompts=prompts, figure2=figure2_table)
     for note in data["index"]["notes"]:

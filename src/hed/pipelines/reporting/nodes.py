@@ -327,16 +327,20 @@ def plot_figure2_png(
     figure_plan: dict[str, Any],
     reporting: ReportingParams | dict[str, Any],
 ) -> Figure:
-    """Draw Figure 2 (:func:`hed.report.figures.plot_figure2`) at ``reporting.figure2`` size and
-    dpi,
-    bars measuring ``reporting.fig2_measure``, one slot per step of ``fig2_steps``."""
-    style = ReportingParams.of(reporting).figure2
+    """Draw Figure 2 (:func:`hed.report.figures.plot_figure2`) at ``reporting.figure2``'s panel
+    size and dpi, bars measuring ``reporting.fig2_measure``, one slot per step of ``fig2_steps``.
+
+    Raises:
+        ConfigError: a bad ``reporting.figure2`` when ``reporting`` is a raw dict
+            (:func:`hed.report.style.figure_style`).
+    """
+    style = ReportingParams.of(reporting).figure2  # a FigureStyle: checked before the run
     return figures.plot_figure2(
         figure2_table,
         [tuple(panel) for panel in figure_plan["panels"]],
         single_run=figure_plan["figure2_kind"] != PAPER,
-        panel_size=style["panel_size"],
-        dpi=int(style["dpi"]),
+        panel_size=style.panel_size,
+        dpi=style.dpi,
         measure=figure_plan.get("fig2_measure", "count"),
         steps=figure_plan.get("fig2_steps"),
     )
@@ -347,16 +351,21 @@ def plot_figure3_png(
     figure_plan: dict[str, Any],
     reporting: ReportingParams | dict[str, Any],
 ) -> Figure:
-    """Draw Figure 3 (:func:`hed.report.figures.plot_figure3`) at ``reporting.figure3`` size and
-    dpi."""
-    style = ReportingParams.of(reporting).figure3
+    """Draw Figure 3 (:func:`hed.report.figures.plot_figure3`) at ``reporting.figure3``'s panel
+    size and dpi.
+
+    Raises:
+        ConfigError: a bad ``reporting.figure3`` when ``reporting`` is a raw dict
+            (:func:`hed.report.style.figure_style`).
+    """
+    style = ReportingParams.of(reporting).figure3  # a FigureStyle: checked before the run
     return figures.plot_figure3(
         figure3_table,
         [tuple(panel) for panel in figure_plan["panels"]],
         figure_plan["fig3_steps"],
         top_n=int(figure_plan["top_n_words"]),
-        panel_size=style["panel_size"],
-        dpi=int(style["dpi"]),
+        panel_size=style.panel_size,
+        dpi=style.dpi,
     )
 
 
@@ -445,7 +454,8 @@ def build_token_report(
     """The ``token_report_html`` page: chosen responses of every step, coloured by entropy.
 
     Args:
-        reporting: ``params:reporting`` (its ``token_report`` section, docs/token_report.md).
+        reporting: ``params:reporting``, parsed (:class:`~hed.config.params.ReportingParams`,
+            its ``token_report`` options; docs/token_report.md) or the raw dict.
         checkpoints: generation's ``checkpoints``; each step's ``model_dir`` holds the
             tokenizer that names the top-k alternatives (missing folder: recorded texts).
         entropy_thresholds: one row per (run, step): ``threshold`` (nats), ``top_entropy_frac``.
@@ -461,7 +471,7 @@ def build_token_report(
         ConfigError: a malformed ``reporting.token_report`` section, or ``steps`` matching no
             step.
     """
-    options = token_report.token_report_options(ReportingParams.of(reporting).token_report)
+    options = ReportingParams.of(reporting).token_report
     steps = token_report.step_inputs(run_steps, checkpoints, entropy_thresholds, step_tables)
     report = token_report.build_report(steps, options, prompts=prompts)
     for note in report["notes"]:

@@ -92,7 +92,7 @@ def token_report_options(section: Any) -> TokenReportOptions:
         values[key] = positive_int(
             section.get(key, getattr(defaults, key)), f"reporting.token_report.{key}"
         )
-    enabled = section.get("enabled", True)
+    enabled = section.get("enabled", defaults.enabled)
     if not isinstance(enabled, bool):
         raise ConfigError(
             f"reporting.token_report.enabled must be true or false (unquoted), got {enabled!r}"

@@ -141,3 +141,28 @@ def test_the_summary_names_a_figure_and_table_of_different_runs(tmp_path, caplog
         f"{killed} (a run was interrupted between them): redraw both with `kedro run "
         "--pipelines reporting` (without --only-missing-outputs)"
     )
+
+
+def test_a_stale_dataset_is_named_with_the_pipeline_that_writes_it_in_the_runs_own_layout():
+    """The stale-data command names the pipelines that write a dataset, built from the run's
+    parameters: a study's own run (not in conf/base) has producers too, although the session's
+    layout is no longer active once the run starts."""
+    from kedro.framework.project import configure_project
+
+    from hed.config import layout
+    from hed.config.loader import HEDConfigLoader
+    from hed.hooks import _producers
+
+    from .conftest import REPO_ROOT
+
+    configure_project("hed")
+    loader = HEDConfigLoader(
+        conf_source=str(REPO_ROOT / "conf"), base_env="base", default_run_env="local"
+    )
+    params = dict(loader["parameters"])
+    (run,) = params["runs"].values()
+    params["runs"] = {"my_study_run": {**run, "steps": [0, 30]}}
+    assert layout.active_session() is None  # as during a run
+    assert _producers("my_study_run.step_30.token_records", params) == ["aggregation"]
+    assert _producers("my_study_run.step_30.shard_0.token_records", params) == ["generation"]
+    assert _producers("smollm2_demo.step_0.token_records", params) == []

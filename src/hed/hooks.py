@@ -25,7 +25,7 @@ from hed.core.command_line import update_command
 from hed.errors import ConfigError
 from hed.io import run_lock
 from hed.io.freshness import Freshness
-from hed.io.missing_inputs import check_inputs_exist
+from hed.io.missing_inputs import check_inputs_exist, project_pipelines
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 from hed.pass1.credentials import export_wandb_api_key
 from hed.records.object_store import make_dataset_writes_atomic
@@ -425,7 +425,7 @@ class FreshnessHooks:
         self._fresh.check(
             pipeline.inputs(),
             self._parameters,
-            lambda dataset: update_command(_producers(dataset), asked),
+            lambda dataset: update_command(_producers(dataset, self._parameters), asked),
         )
 
     @hook_impl
@@ -439,19 +439,10 @@ class FreshnessHooks:
             self._fresh.saved(dataset_name)
 
 
-def _producers(dataset: str) -> list[str]:
-    """The pipelines of the project (not ``__default__``) that write ``dataset``.
-
-    Built here, not taken from the session's registry: ``--pipelines reporting`` loads only
-    the pipelines asked for. Called only to word a refusal.
-    """
-    from kedro.framework.project import find_pipelines, pipelines
-
-    # Kedro 1.7's find_pipelines builds only the CLI's --pipelines while they are set
-    requested = pipelines._requested_pipelines
-    pipelines._requested_pipelines = None
-    try:
-        built = find_pipelines(raise_errors=False)
-    finally:
-        pipelines._requested_pipelines = requested
+def _producers(dataset: str, parameters: dict[str, Any]) -> list[str]:
+    """The pipelines of the project (not ``__default__``) that write ``dataset``, built from
+    the run's ``parameters`` (:func:`hed.io.missing_inputs.project_pipelines`: the session's
+    registry holds only the pipelines asked for, and its layout is no longer active once the
+    run starts). Called only to word a refusal."""
+    built = project_pipelines(parameters)
     return [name for name in sorted(built) if dataset in built[name].all_outputs()]

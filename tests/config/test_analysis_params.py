@@ -65,8 +65,9 @@ def test_dynamics_values_are_read():
          "dynamics.clip_cov_band must be [lo, hi] with lo < hi (verl: [1.0, 5.0]), got [5, 1]"),
         ({"figures": 3}, "dynamics.figures must be a mapping (panel_size, dpi), got 3"),
         ({"figures": {"panel_size": [3]}},
-         "dynamics.figures.panel_size must be [width, height] in inches, both > 0, got [3]"),
-        ({"figures": {"dpi": 9}}, "dynamics.figures.dpi must be an integer ≥ 10, got 9"),
+         "dynamics.figures.panel_size must be [width, height] in inches, both > 0 and at "
+         "most 20, got [3]"),
+        ({"figures": {"dpi": 9}}, "dynamics.figures.dpi must be an integer from 10 to 1200, got 9"),
     ],
 )  # fmt: skip
 def test_bad_dynamics_values_are_one_line(value, message):
@@ -118,7 +119,7 @@ def test_analyses_values_are_read():
     ("value", "message"),
     [
         ("x", "parameter `analyses` must be a mapping (parameters_analyses.yml), got 'x'"),
-        ({"dpi": 5}, "analyses.dpi must be an integer ≥ 10, got 5"),
+        ({"dpi": 5}, "analyses.dpi must be an integer from 10 to 1200, got 5"),
         ({"mismatch": {"dtype": "fp8"}},
          "analyses.mismatch.dtype: 'fp8' is not one of float32, bfloat16, float16 "
          "(bfloat16: the trainer's; float32: the exact reference)"),

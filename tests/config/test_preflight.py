@@ -61,22 +61,30 @@ def test_a_bad_value_of_any_section_read_stops_the_run_before_its_first_node(sec
     ("sections", "message"),
     [
         ({"reporting": {**REPORTING, "figure2": {"dpi": 0}}},
-         "reporting.figure2.dpi must be an integer ≥ 10, got 0"),
+         "reporting.figure2.dpi must be an integer from 10 to 1200, got 0"),
         ({"reporting": {**REPORTING, "figure3": {"dpi": "abc"}}},
-         "reporting.figure3.dpi must be an integer ≥ 10, got 'abc'"),
+         "reporting.figure3.dpi must be an integer from 10 to 1200, got 'abc'"),
         ({"reporting": {**REPORTING, "figure2": {"dpi": 72.5}}},
-         "reporting.figure2.dpi must be an integer ≥ 10, got 72.5"),
+         "reporting.figure2.dpi must be an integer from 10 to 1200, got 72.5"),
         ({"reporting": {**REPORTING, "figure3": {"panel_size": [-1, 2]}}},
-         "reporting.figure3.panel_size must be [width, height] in inches, both > 0, got [-1, 2]"),
+         "reporting.figure3.panel_size must be [width, height] in inches, both > 0 and at "
+         "most 20, got [-1, 2]"),
         ({"reporting": {**REPORTING, "figure2": {"panel_size": [3.5]}}},
-         "reporting.figure2.panel_size must be [width, height] in inches, both > 0, got [3.5]"),
+         "reporting.figure2.panel_size must be [width, height] in inches, both > 0 and at "
+         "most 20, got [3.5]"),
         ({"reporting": {**REPORTING, "figure2": {"panel_size": "3.5x2"}}},
-         "reporting.figure2.panel_size must be [width, height] in inches, both > 0, "
-         "got '3.5x2'"),
+         "reporting.figure2.panel_size must be [width, height] in inches, both > 0 and at "
+         "most 20, got '3.5x2'"),
         ({"dynamics": {"figures": {"dpi": 0}}},
-         "dynamics.figures.dpi must be an integer ≥ 10, got 0"),
+         "dynamics.figures.dpi must be an integer from 10 to 1200, got 0"),
+        ({"reporting": {**REPORTING, "figure2": {"dpi": 100000}}},
+         "reporting.figure2.dpi must be an integer from 10 to 1200, got 100000"),
+        ({"reporting": {**REPORTING, "figure3": {"panel_size": [float("inf"), 2]}}},
+         "reporting.figure3.panel_size must be [width, height] in inches, both > 0 and at "
+         "most 20, got [inf, 2]"),
         ({"dynamics": {"figures": {"panel_size": [3, 0]}}},
-         "dynamics.figures.panel_size must be [width, height] in inches, both > 0, got [3, 0]"),
+         "dynamics.figures.panel_size must be [width, height] in inches, both > 0 and at "
+         "most 20, got [3, 0]"),
     ],
 )  # fmt: skip
 def test_a_bad_figure_style_is_refused_before_the_first_node_in_one_line(sections, message):

@@ -119,7 +119,8 @@ def test_parameters_memory_and_inputs_no_pipeline_writes_are_not_refused(tmp_pat
 def test_the_command_keeps_env_and_params_and_drops_node_filters(monkeypatch):
     argv = ["kedro", "run", "--env", "mini_dapo", "--pipelines", "reporting",
             "--params", "reporting.top_n_words=5", "--from-nodes", "plan_figures",
-            "--nodes=a,b", "--only-missing-outputs"]  # fmt: skip
+            "--nodes=a,b", "--tags", "gpu", "--namespaces=r.step_0",
+            "--only-missing-outputs"]  # fmt: skip
     monkeypatch.setattr("sys.argv", argv)
     with click.Context(click.Command("run")):
         assert update_command(["aggregation"], ["reporting"]) == (

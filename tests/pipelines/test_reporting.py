@@ -824,6 +824,6 @@ def test_figure_nodes_draw_the_same_png_from_the_raw_dict_and_from_the_parsed_se
             fig.savefig(path, dpi=fig.dpi)
             pngs.append(path.read_bytes())
         assert pngs[0] == pngs[1]
-    message = r"^reporting\.figure2\.dpi must be an integer ≥ 10, got 0$"
+    message = r"^reporting\.figure2\.dpi must be an integer from 10 to 1200, got 0$"
     with pytest.raises(ConfigError, match=message):
         plot_figure2_png(fig2, figure_plan, {**REPORTING, "figure2": {"dpi": 0}})

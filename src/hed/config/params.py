@@ -286,7 +286,7 @@ def reporting_params(value: Any) -> ReportingParams:
 
     Raises:
         ConfigError: the first invalid value, naming ``reporting.<key>`` (e.g.
-            ``reporting.figure2.dpi must be an integer ≥ 10, got 0``).
+            ``reporting.figure2.dpi must be an integer from 10 to 1200, got 0``).
     """
     from hed.report.explorer.options import explorer_options
     from hed.report.token_report.options import token_report_options

@@ -18,7 +18,8 @@ def update_command(pipelines: list[str], asked: Iterable[str] = (), env: str | N
     Under ``kedro run`` the command's own options are kept (``--env``, ``--params``,
     ``--runner``); ``--pipelines`` becomes the producers followed by the pipelines asked for.
     Node filters (``--nodes``, ``--from-nodes``, ``--to-nodes``, ``--from-inputs``,
-    ``--to-outputs``) are dropped: they would keep the producers' nodes from running.
+    ``--to-outputs``, ``--tags``, ``--namespaces``) are dropped: they would keep the producers'
+    nodes from running.
     Outside one (a session in Python): ``kedro run [--env <env>] --pipelines <producers>,<asked>``
     (``env``: the session's environment; none or ``local`` adds no ``--env``).
     """
@@ -51,4 +52,7 @@ def update_command(pipelines: list[str], asked: Iterable[str] = (), env: str | N
 
 
 #: ``kedro run`` options that select nodes: a command that adds producers drops them.
-NODE_FILTERS = ("--nodes", "-n", "--from-nodes", "--to-nodes", "--from-inputs", "--to-outputs")
+NODE_FILTERS = (
+    "--nodes", "-n", "--from-nodes", "--to-nodes", "--from-inputs", "--to-outputs", "--tags",
+    "-t", "--namespaces", "-ns", "--namespace",
+)  # fmt: skip

@@ -16,6 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from hed.report.figures import OKABE_ITO, RC_PARAMS, figure_size, font_family
+from hed.report.style import DPI
 
 PANEL_SIZE = (3.2, 2.4)
 #: Line colours, in order, for steps or runs.
@@ -35,7 +36,7 @@ def _context():
     return mpl.rc_context({**RC_PARAMS, "font.family": font_family()})
 
 
-def plot_pass_at_k(table: pd.DataFrame, *, dpi: int = 200) -> Figure:
+def plot_pass_at_k(table: pd.DataFrame, *, dpi: int = DPI) -> Figure:
     """pass@k against k, one panel per run, one line per step (darker = later).
 
     Args:
@@ -76,7 +77,7 @@ def plot_pass_at_k(table: pd.DataFrame, *, dpi: int = 200) -> Figure:
 
 
 def plot_entropy_performance_fit(
-    steps: pd.DataFrame, fits: pd.DataFrame, *, dpi: int = 200
+    steps: pd.DataFrame, fits: pd.DataFrame, *, dpi: int = DPI
 ) -> Figure:
     """pass@1 against mean entropy per step (points) and the fitted R = −a·e^H + b (line).
 
@@ -118,7 +119,7 @@ def plot_entropy_performance_fit(
     return fig
 
 
-def plot_runs_comparison(table: pd.DataFrame, measures: Sequence[str], *, dpi: int = 200) -> Figure:
+def plot_runs_comparison(table: pd.DataFrame, measures: Sequence[str], *, dpi: int = DPI) -> Figure:
     """One panel per measure over steps, one line per run (the reference run dashed).
 
     Args:
@@ -175,7 +176,7 @@ def plot_subsets_over_steps(
     labels: Sequence[str],
     *,
     title: str,
-    dpi: int = 200,
+    dpi: int = DPI,
 ) -> Figure:
     """One row of panels per measure, one column per run, one line per token subset.
 
@@ -218,7 +219,7 @@ def plot_subsets_over_steps(
     return fig
 
 
-def plot_hedging_propensity(table: pd.DataFrame, *, dpi: int = 200) -> Figure:
+def plot_hedging_propensity(table: pd.DataFrame, *, dpi: int = DPI) -> Figure:
     """The exact hedging propensity beside Figure 2's sampled counts, one panel per run.
 
     Per step: the mean anthropomorphic word-start mass at high-entropy positions (solid) and over

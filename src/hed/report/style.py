@@ -19,6 +19,12 @@ from hed.errors import ConfigError
 DPI = 200
 #: The smallest dpi accepted (a smaller one draws unreadable text).
 MIN_DPI = 10
+#: The largest dpi accepted (print quality is 300–600; matplotlib refuses images of 2^16
+#: pixels or more a side, which a few panels at a larger dpi reach).
+MAX_DPI = 1200
+#: The largest panel side accepted, in inches (with :data:`MAX_DPI`, a panel stays far below
+#: matplotlib's 2^16-pixel limit).
+MAX_PANEL_INCHES = 20.0
 
 
 @dataclass(frozen=True)
@@ -51,13 +57,13 @@ def _number(value: Any) -> bool:
 
 
 def check_dpi(value: Any, key: str) -> int:
-    """A figure's dpi: an integer ≥ :data:`MIN_DPI`.
+    """A figure's dpi: an integer in [:data:`MIN_DPI`, :data:`MAX_DPI`].
 
     Raises:
-        ConfigError: ``<key> must be an integer ≥ 10, got <value>``.
+        ConfigError: ``<key> must be an integer from 10 to 1200, got <value>``.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_DPI:
-        raise ConfigError(f"{key} must be an integer ≥ {MIN_DPI}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_DPI <= value <= MAX_DPI:
+        raise ConfigError(f"{key} must be an integer from {MIN_DPI} to {MAX_DPI}, got {value!r}")
     return value
 
 
@@ -87,10 +93,11 @@ def figure_style(value: Any, key: str, default: FigureStyle) -> FigureStyle:
     if (
         not isinstance(size, list | tuple)
         or len(size) != 2
-        or not all(_number(v) and v > 0 for v in size)
+        or not all(_number(v) and 0 < v <= MAX_PANEL_INCHES for v in size)
     ):
         raise ConfigError(
-            f"{key}.panel_size must be [width, height] in inches, both > 0, got {size!r}"
+            f"{key}.panel_size must be [width, height] in inches, both > 0 and at most "
+            f"{MAX_PANEL_INCHES:g}, got {size!r}"
         )
     dpi = check_dpi(value.get("dpi", default.dpi), f"{key}.dpi")
     return FigureStyle((float(size[0]), float(size[1])), dpi)

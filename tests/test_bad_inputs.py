@@ -2208,6 +2208,35 @@ def _(t: Ctx) -> Expect:
     )
 
 
+@case("runner-from-inputs-unknown")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        node_filters(from_inputs=["dapo.step_20.token_record"]),
+        ConfigError,
+        ("--from-inputs dapo.step_20.token_record", "no such dataset", "did you mean",
+         "dapo.step_20.token_records"),
+    )  # fmt: skip
+
+
+@case("runner-namespaces-unknown")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        node_filters(namespaces=["dapo.step_2"]),
+        ConfigError,
+        ("--namespaces dapo.step_2: the pipeline has no such namespace",
+         "the pipeline's namespaces: dapo, dapo.step_0, dapo.step_20"),
+    )  # fmt: skip
+
+
+@case("runner-filters-select-nothing")
+def _(t: Ctx) -> Expect:
+    return Expect(
+        node_filters(namespaces=["dapo.step_0"], tags=["step_20"]),
+        ConfigError,
+        ("--tags step_20 --namespaces dapo.step_0: together these select no node",),
+    )
+
+
 # ------------------------------------------------------------------ the tests
 
 

@@ -349,6 +349,21 @@ def test_a_misspelt_pipeline_or_env_ends_in_one_line(tmp_path, smollm2_dir, args
             ("--tags", "reportin"),
             "ConfigError: --tags reportin: the pipeline has no such tag; did you mean reporting",
         ),
+        (
+            ("--to-outputs", "figure_plann"),
+            "ConfigError: --to-outputs figure_plann: the pipeline has no such dataset; did you "
+            "mean figure_plan",
+        ),
+        (
+            ("--namespaces", "demo"),
+            "ConfigError: --namespaces demo: the pipeline has no such namespace; the pipeline's "
+            "namespaces: smollm2_demo, smollm2_demo.step_0, ",
+        ),
+        (  # each exists, but nothing lies downstream of figure_plan and upstream of checkpoints
+            ("--from-inputs", "figure_plan", "--to-outputs", "checkpoints"),
+            "ConfigError: --from-inputs figure_plan --to-outputs checkpoints: together these "
+            "select no node of the pipeline",
+        ),
     ],
 )
 def test_a_misspelt_node_or_tag_ends_in_one_line(tmp_path, smollm2_dir, args, expected):

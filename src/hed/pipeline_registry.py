@@ -41,17 +41,27 @@ def register_pipelines() -> dict[str, Pipeline]:
     return pipelines
 
 
-#: ``kedro run`` options that name nodes or tags: {option: click parameter name}.
+#: ``kedro run`` options that select nodes: {option: click parameter name}.
 NODE_FILTERS = {
     "--nodes": "node_names",
     "--from-nodes": "from_nodes",
     "--to-nodes": "to_nodes",
     "--tags": "tags",
+    "--from-inputs": "from_inputs",
+    "--to-outputs": "to_outputs",
+    "--namespaces": "namespaces",
+}
+#: What each filter names: node, tag, dataset or namespace.
+_NAMES = {
+    "tags": "tag",
+    "from_inputs": "dataset",
+    "to_outputs": "dataset",
+    "namespaces": "namespace",
 }
 
 
 def _run_command_filters() -> dict[str, list[str]]:
-    """The node and tag filters of the ``kedro run`` command being run (click's parsed
+    """The node-selecting options of the ``kedro run`` command being run (click's parsed
     options), ``{}`` outside a ``kedro run`` command line (a test, a runner's subprocess)."""
     ctx = click.get_current_context(silent=True)
     if ctx is None or ctx.info_name != "run":
@@ -59,43 +69,80 @@ def _run_command_filters() -> dict[str, list[str]]:
     return {key: list(ctx.params.get(key) or []) for key in NODE_FILTERS.values()}
 
 
-def check_node_filters(
-    pipeline: Pipeline,
-    *,
-    node_names: list[str] | None = None,
-    from_nodes: list[str] | None = None,
-    to_nodes: list[str] | None = None,
-    tags: list[str] | None = None,
-) -> None:
-    """Refuse a ``--nodes``, ``--from-nodes``, ``--to-nodes`` or ``--tags`` name the pipeline
-    does not have, listing the closest names (difflib) — Kedro ends in a traceback.
+def _valid_names(pipeline: Pipeline) -> dict[str, list[str]]:
+    """The names each kind of filter may take in ``pipeline``, sorted."""
+    namespaces = {
+        ".".join(parts[:i])
+        for node in pipeline.nodes
+        if node.namespace
+        for parts in [node.namespace.split(".")]
+        for i in range(1, len(parts) + 1)
+    }
+    return {
+        "node": sorted(node.name for node in pipeline.nodes),
+        "tag": sorted({tag for node in pipeline.nodes for tag in node.tags}),
+        # a transcoded dataset (``name@format``) may be named without its format, as in Kedro
+        "dataset": sorted(pipeline.datasets() | {n.split("@")[0] for n in pipeline.datasets()}),
+        "namespace": sorted(namespaces),
+    }
+
+
+def _listing(what: str, names: list[str]) -> str:
+    """Where the valid ``names`` of a filter kind are listed: inline when few."""
+    if len(names) <= 12:
+        return f"the pipeline's {what}s: {', '.join(names) or '(none)'}"
+    command = (
+        "kedro catalog describe-datasets -p <pipeline>"
+        if what == "dataset"
+        else "kedro registry describe <pipeline>"
+    )
+    return f"list them with `{command}` ({len(names)} {what}s)"
+
+
+def check_node_filters(pipeline: Pipeline, **filters: list[str] | None) -> None:
+    """Refuse ``kedro run`` filters that name what the pipeline does not have, or that
+    together select no node — Kedro ends either in a ``ValueError`` traceback.
 
     Args:
         pipeline: the pipelines the run combines (``--pipelines``, default ``__default__``).
-        node_names, from_nodes, to_nodes: node names as given (Kedro matches them exactly;
-            a name without its ``<run>.step_<step>.`` namespace is answered with the
-            namespaced names it ends).
-        tags: tag names; one that no node carries would silently select nothing.
+        **filters: the click parameter names of :data:`NODE_FILTERS` (``node_names``,
+            ``from_nodes``, ``to_nodes``, ``tags``, ``from_inputs``, ``to_outputs``,
+            ``namespaces``), each a list of names as given. Node names are matched exactly,
+            as Kedro does (a name without its ``<run>.step_<step>.`` namespace is answered
+            with the namespaced names it ends); a tag no node carries would select nothing.
 
     Raises:
-        ConfigError: one line: the option, the unknown name and up to 3 close matches.
+        ConfigError: one line: the option, the unknown name and up to 3 close matches
+            (difflib); or the options that together leave no node to run.
     """
-    names = sorted(node.name for node in pipeline.nodes)
-    all_tags = sorted({tag for node in pipeline.nodes for tag in node.tags})
-    given = {"node_names": node_names, "from_nodes": from_nodes, "to_nodes": to_nodes}
+    valid = _valid_names(pipeline)
     for option, key in NODE_FILTERS.items():
-        valid = all_tags if key == "tags" else names
-        for name in (tags if key == "tags" else given[key]) or []:
-            if name in valid:
+        what = _NAMES.get(key, "node")
+        for name in filters.get(key) or []:
+            if name in valid[what]:
                 continue
-            near = [n for n in valid if n.endswith(f".{name}")][:3]
-            near = near or difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
+            near = [n for n in valid[what] if n.endswith(f".{name}")][:3]
+            near = near or difflib.get_close_matches(name, valid[what], n=3, cutoff=0.6)
             hint = f"did you mean {', '.join(near)}? " if near else ""
-            what = "tag" if key == "tags" else "node"
             raise ConfigError(
                 f"{option} {name}: the pipeline has no such {what}; {hint}"
-                f"list them with `kedro registry describe <pipeline>` ({len(valid)} {what}s)"
+                + _listing(what, valid[what])
             )
+    given = {key: names for key, names in filters.items() if names}
+    chosen = {"node_namespaces" if k == "namespaces" else k: v for k, v in given.items()}
+    try:
+        pipeline.filter(**chosen)
+    except ValueError:
+        options = " ".join(
+            f"{option} {','.join(given[key])}"
+            for option, key in NODE_FILTERS.items()
+            if key in given
+        )
+        raise ConfigError(
+            f"{options}: together these select no node of the pipeline (each is an "
+            "intersection); drop one, or check the order with `kedro registry describe "
+            "<pipeline>`"
+        ) from None
 
 
 def _rescoring_in_default() -> bool:

@@ -2228,6 +2228,21 @@ def _(t: Ctx) -> Expect:
     )  # fmt: skip
 
 
+@case("runner-load-versions-unknown")
+def _(t: Ctx) -> Expect:
+    from hed.pipeline_registry import check_load_versions
+    from hed.pipelines.dynamics.pipeline import step_pipeline
+
+    pipeline = step_pipeline("dapo", 0) + step_pipeline("dapo", 20)
+    pins = {"dapo.step_0.token_record": "2026-12-01T10.00.00.000Z"}
+    return Expect(
+        lambda: check_load_versions(pipeline, pins),
+        ConfigError,
+        ("--load-versions dapo.step_0.token_record:2026-12-01T10.00.00.000Z: the pipeline has "
+         "no such dataset; did you mean dapo.step_0.token_records",),
+    )  # fmt: skip
+
+
 @case("runner-filters-select-nothing")
 def _(t: Ctx) -> Expect:
     return Expect(

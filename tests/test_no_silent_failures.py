@@ -359,6 +359,11 @@ def test_a_misspelt_pipeline_or_env_ends_in_one_line(tmp_path, smollm2_dir, args
             "ConfigError: --namespaces demo: the pipeline has no such namespace; the pipeline's "
             "namespaces: smollm2_demo, smollm2_demo.step_0, ",
         ),
+        (
+            ("--load-versions", "prompt:2026-12-01T10.00.00.000Z"),
+            "ConfigError: --load-versions prompt:2026-12-01T10.00.00.000Z: the pipeline has no "
+            "such dataset; did you mean prompts",
+        ),
         (  # each exists, but nothing lies downstream of figure_plan and upstream of checkpoints
             ("--from-inputs", "figure_plan", "--to-outputs", "checkpoints"),
             "ConfigError: --from-inputs figure_plan --to-outputs checkpoints: together these "

@@ -37,6 +37,7 @@ def register_pipelines() -> dict[str, Pipeline]:
     filters = _run_command_filters()
     if filters:
         chosen = sum((pipelines[n] for n in requested or ["__default__"]), Pipeline([]))
+        check_load_versions(chosen, _run_command_load_versions())
         check_node_filters(chosen, **filters)
     return pipelines
 
@@ -67,6 +68,32 @@ def _run_command_filters() -> dict[str, list[str]]:
     if ctx is None or ctx.info_name != "run":
         return {}
     return {key: list(ctx.params.get(key) or []) for key in NODE_FILTERS.values()}
+
+
+def _run_command_load_versions() -> dict[str, str]:
+    """``--load-versions`` of the ``kedro run`` being run, ``{dataset: version}``."""
+    ctx = click.get_current_context(silent=True)
+    return dict(ctx.params.get("load_versions") or {}) if ctx is not None else {}
+
+
+def check_load_versions(pipeline: Pipeline, load_versions: dict[str, str]) -> None:
+    """Refuse a ``--load-versions`` dataset the pipeline does not use (Kedro ends in a
+    ``DatasetNotFoundError`` traceback), with up to 3 close names (difflib).
+
+    Raises:
+        ConfigError: one line: the pin, the close names, and where the datasets are listed.
+    """
+    valid = _valid_names(pipeline)["dataset"]
+    for name, version in load_versions.items():
+        if name in valid:
+            continue
+        near = [n for n in valid if n.endswith(f".{name}")][:3]
+        near = near or difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(near)}? " if near else ""
+        raise ConfigError(
+            f"--load-versions {name}:{version}: the pipeline has no such dataset; {hint}"
+            + _listing("dataset", valid)
+        )
 
 
 def _valid_names(pipeline: Pipeline) -> dict[str, list[str]]:

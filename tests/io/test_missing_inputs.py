@@ -85,6 +85,29 @@ def test_only_the_missing_producers_are_named_and_existing_versions_count(tmp_pa
     check_inputs_exist(_chain()["reporting"], catalog, {"pipeline_names": ["reporting"]}, _chain)
 
 
+def test_a_pin_to_a_version_never_written_names_the_versions_there(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    pd.DataFrame({"a": [1]}).to_csv(tmp_path / "raw.csv", index=False)
+    saved = []
+    for version in ("2026-12-01T10.00.00.000Z", "2026-12-01T11.00.00.000Z"):
+        table = CSVDataset(filepath=str(tmp_path / "table.csv"), version=Version(None, version))
+        table.save(pd.DataFrame({"a": [1]}))
+        saved.append(version)
+    catalog = _catalog(tmp_path)
+    catalog.save("extra", pd.DataFrame({"a": [1]}))
+    pin = "2026-12-01T09.00.00.000Z"
+    catalog["table"] = CSVDataset(filepath=str(tmp_path / "table.csv"), version=Version(pin, None))
+    assert _refusal(_chain()["reporting"], catalog, ["reporting"]) == (
+        f"--load-versions table:{pin}: table has no such version (table.csv); its versions, "
+        f"newest first: {saved[1]}, {saved[0]}; pin one of them, or drop the pin to load the "
+        "newest"
+    )
+    catalog["table"] = CSVDataset(
+        filepath=str(tmp_path / "table.csv"), version=Version(saved[0], None)
+    )
+    check_inputs_exist(_chain()["reporting"], catalog, {"pipeline_names": ["reporting"]}, _chain)
+
+
 def test_many_missing_inputs_show_three_and_a_count(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     names = [f"t{i}" for i in range(5)]

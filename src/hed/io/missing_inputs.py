@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import PurePath
 from typing import Any
 
 from kedro.io.core import VersionNotFoundError
@@ -100,6 +101,32 @@ def _version_present(dataset: Any) -> bool:
         return False
     exists = getattr(dataset, "_exists_function", None)
     return bool(exists(str(path))) if callable(exists) else True
+
+
+def check_pinned_versions(catalog: Any, names: Iterable[str]) -> None:
+    """Refuse a ``--load-versions`` pin of one of ``names`` (missing inputs) to a version
+    that was never written, listing the versions that were.
+
+    Raises:
+        MissingInputError: one line: the pin, the dataset's folder, its newest versions (up
+            to :data:`SHOWN`, newest first) and the fix: pin one of them or drop the pin.
+    """
+    for name in names:
+        dataset = _dataset(catalog, name)
+        pinned = getattr(getattr(dataset, "_version", None), "load", None)
+        if not pinned:
+            continue
+        try:
+            versions = [PurePath(path).parent.name for path in dataset._get_versions()]
+        except VersionNotFoundError:
+            versions = []
+        listed = ", ".join(versions[:SHOWN]) + (" ..." if len(versions) > SHOWN else "")
+        have = f"its versions, newest first: {listed}" if versions else "it has no version yet"
+        raise MissingInputError(
+            f"--load-versions {name}:{pinned}: {name} has no such version "
+            f"({dataset_location(catalog, name)}); {have}; pin one of them, or drop the pin "
+            "to load the newest"
+        )
 
 
 def dataset_location(catalog: Any, name: str) -> str:
@@ -204,6 +231,7 @@ def check_inputs_exist(
     missing = sorted(name for name in pipeline.inputs() if is_missing(catalog, name))
     if not missing:
         return
+    check_pinned_versions(catalog, missing)
     built = all_pipelines() if all_pipelines else project_pipelines(_run_parameters(catalog))
     writers = producers_of(missing, built, catalog)
     if not writers:

@@ -425,7 +425,12 @@ class FreshnessHooks:
         self._fresh.check(
             pipeline.inputs(),
             self._parameters,
-            lambda dataset: update_command(_producers(dataset, self._parameters), asked),
+            lambda dataset: update_command(
+                _producers(dataset, self._parameters),
+                asked,
+                run_params.get("env"),
+                run_params.get("runtime_params"),
+            ),
         )
 
     @hook_impl

@@ -52,7 +52,11 @@ def test_reporting_after_a_rho_change_on_the_command_line_refuses(reported):
     assert message.startswith("StaleInputError: ")
     assert "was 0.2 then, is 0.1 now" in message
     assert "aggregation.top_entropy_frac" in message
-    assert "kedro run --pipelines aggregation,reporting" in message
+    # a Python session: the command carries its runtime parameters (it would run base's 0.2)
+    assert (
+        "kedro run --params aggregation.top_entropy_frac=0.1 --pipelines aggregation,reporting"
+        in message
+    )
     assert "or set aggregation.top_entropy_frac: 0.2" in message
     # the record of the table that was read says 0.2 (what it was computed with)
     record = json.loads((reported / "data/.hed_computed_from/entropy_thresholds.json").read_text())

@@ -7,6 +7,7 @@ end-to-end ones run ``kedro run --pipelines reporting`` / ``dynamics`` on a fres
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -150,6 +151,32 @@ def test_the_command_keeps_env_and_params_and_drops_node_filters(monkeypatch):
             "kedro run --env mini_dapo --params reporting.top_n_words=5 --only-missing-outputs "
             "--pipelines aggregation,reporting"
         )
+
+
+def test_a_python_sessions_command_carries_its_env_and_runtime_params():
+    """Outside ``kedro run``: the session's env and runtime params, as `--params` reads them."""
+    from omegaconf import OmegaConf
+
+    params = {
+        "aggregation": {"top_entropy_frac": 0.1, "chunk": 4},
+        "reporting": {"figure2": {"title": "4:5"}, "enabled": True},
+        "runs": {"dapo": {"run_name": "a b", "steps": [0, 20], "note": None}},
+    }
+    command = update_command(["aggregation"], ["reporting"], "my_study", params)
+    assert command == (
+        "kedro run --env my_study --params 'aggregation.top_entropy_frac=0.1,"
+        "aggregation.chunk=4,reporting.figure2.title='\"'\"'4:5'\"'\"',"
+        "reporting.enabled=true,runs.dapo.run_name=a b,"
+        "runs.dapo.steps=<list of this session: set it in conf/<env>/>,runs.dapo.note=null' "
+        "--pipelines aggregation,reporting"
+    )
+    # what `kedro run --params` reads back (Kedro splits on commas, then OmegaConf's dot-list)
+    option = shlex.split(command)[5]
+    items = [item for item in option.split(",") if "<list of" not in item]
+    read = OmegaConf.to_container(OmegaConf.from_dotlist(items))
+    del params["runs"]["dapo"]["steps"]
+    assert read == params
+    assert update_command(["generation"], [], "local", {}) == "kedro run --pipelines generation"
 
 
 # ------------------------------------------------------------------ a fresh clone, end to end

@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 
-def update_command(pipelines: list[str], asked: Iterable[str] = (), env: str | None = None) -> str:
+def update_command(
+    pipelines: list[str],
+    asked: Iterable[str] = (),
+    env: str | None = None,
+    runtime_params: Mapping[str, Any] | None = None,
+) -> str:
     """This ``kedro run`` command line with the producing pipelines added to ``--pipelines``.
 
     Under ``kedro run`` the command's own options are kept (``--env``, ``--params``,
@@ -20,8 +26,10 @@ def update_command(pipelines: list[str], asked: Iterable[str] = (), env: str | N
     Node filters (``--nodes``, ``--from-nodes``, ``--to-nodes``, ``--from-inputs``,
     ``--to-outputs``, ``--tags``, ``--namespaces``) are dropped: they would keep the producers'
     nodes from running.
-    Outside one (a session in Python): ``kedro run [--env <env>] --pipelines <producers>,<asked>``
-    (``env``: the session's environment; none or ``local`` adds no ``--env``).
+    Outside one (a session in Python):
+    ``kedro run [--env <env>] [--params <k>=<v>,...] --pipelines <producers>,<asked>``
+    (``env``: the session's environment, none or ``local`` adds no ``--env``;
+    ``runtime_params``: the session's runtime parameters, see :func:`params_option`).
     """
     import click
 
@@ -30,6 +38,7 @@ def update_command(pipelines: list[str], asked: Iterable[str] = (), env: str | N
         argv, asked = list(sys.argv[1:]), []
     else:
         argv = ["run", *(["--env", env] if env not in (None, "", "local") else [])]
+        argv += params_option(runtime_params)
         asked = [a for a in asked if a != "__default__"]
     args: list[str] = []
     skip = False
@@ -56,3 +65,38 @@ NODE_FILTERS = (
     "--nodes", "-n", "--from-nodes", "--to-nodes", "--from-inputs", "--to-outputs", "--tags",
     "-t", "--namespaces", "-ns", "--namespace",
 )  # fmt: skip
+
+
+def params_option(runtime_params: Mapping[str, Any] | None) -> list[str]:
+    """``["--params", "a.b=1,c=x"]`` for a Python session's runtime parameters, or ``[]``.
+
+    Nested keys are joined with dots and each value written as ``kedro run`` reads it back
+    (OmegaConf's dot-list: ``true``, ``null``, numbers, strings). A value ``--params`` cannot
+    carry (a list or a string with a comma: Kedro splits the option on commas) is written
+    ``<key>=<list of this session: set it in conf/<env>/>`` (the command is visibly not
+    complete).
+    """
+    items = [f"{key}={_dot_list_value(value)}" for key, value in _flat(runtime_params or {})]
+    return ["--params", ",".join(items)] if items else []
+
+
+def _flat(mapping: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        out += _flat(value, f"{name}.") if isinstance(value, Mapping) else [(name, value)]
+    return out
+
+
+def _dot_list_value(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str) and "," not in value:
+        from omegaconf import OmegaConf  # how `kedro run --params` reads a value
+
+        if OmegaConf.from_dotlist([f"v={value}"]).get("v") == value:
+            return value
+        return "'" + value.replace("'", "''") + "'"  # e.g. "4" or "4:5" stays a string
+    return f"<{type(value).__name__} of this session: set it in conf/<env>/>"

@@ -240,7 +240,10 @@ def check_inputs_exist(
     shown = ", ".join(f"{m} ({dataset_location(catalog, m)})" for m in written[:SHOWN])
     more = f" and {len(written) - SHOWN} more" if len(written) > SHOWN else ""
     asked = run_params.get("pipeline_names") or []
+    command = update_command(
+        writers, asked, run_params.get("env"), run_params.get("runtime_params")
+    )
     raise MissingInputError(
         f"{len(written)} input(s) of this run were never written: {shown}{more}; "
-        f"write them first with `{update_command(writers, asked, run_params.get('env'))}`"
+        f"write them first with `{command}`"
     )

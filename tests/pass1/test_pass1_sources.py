@@ -806,3 +806,38 @@ def test_missing_mean_at_1_key_lists_the_runs_val_core_keys_closest_first():
         }
         and listed.index("val-core/amc23/acc/mean@32") == 2
     )
+
+
+def test_a_runs_wandb_source_is_read_online_or_offline_with_its_own_or_another_key(
+    offline_run, monkeypatch
+):
+    """:func:`read_wandb_source`: the source's pass@1 key, or another (the trainer's entropy)."""
+    from hed.pass1 import wandb_online
+    from hed.pass1.config import metrics_params
+    from hed.pass1.wandb_source import read_wandb_source
+
+    rows = [{"_step": s, STEP: s, "actor/entropy": 1.0 / s, METRIC: _accuracy(s)} for s in (5, 10)]
+    monkeypatch.setattr(
+        wandb_online, "default_api_factory", _factory(FakeApi({"e/p/r1": FakeRun(rows)}))
+    )
+    raw = {
+        "wandb_defaults": {"step_key": STEP},
+        "runs": {
+            "online": {"sources": {"wandb": {"run": "e/p/r1", "metric_key": METRIC}}},
+            "offline": {
+                "sources": {"wandb_offline": {"path": str(offline_run), "metric_key": METRIC}}
+            },
+        },
+    }
+    params = metrics_params(raw)
+    online = read_wandb_source(params.run("online").wandb_source, "online")
+    assert online["step"].tolist() == [5, 10]
+    assert online["pass1"].tolist() == [_accuracy(5), _accuracy(10)]
+    entropy = read_wandb_source(params.run("online").wandb_source, "online", "actor/entropy")
+    assert entropy["pass1"].tolist() == [0.2, 0.1]
+    offline = read_wandb_source(params.run("offline").wandb_source, "offline")
+    assert offline["step"].tolist() == [5, 10, 15, 20]
+    assert offline["pass1"].tolist() == [_accuracy(s) for s in (5, 10, 15, 20)]
+    entropy = read_wandb_source(params.run("offline").wandb_source, "offline", "actor/entropy")
+    assert entropy["step"].tolist() == list(range(1, 21))
+    assert entropy["pass1"].tolist() == [1.0 / s for s in range(1, 21)]

@@ -8,7 +8,7 @@ The tables are computed by :mod:`hed.analysis.pass_at_k`, :mod:`hed.analysis.ent
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -25,7 +25,7 @@ from hed.config.layout import StudyLayout, run_roles
 from hed.config.params import GenerationParams
 from hed.errors import InputDataError
 from hed.pass1.config import MetricsParams
-from hed.pass1.sources import read_wandb_history, read_wandb_offline_history
+from hed.pass1.wandb_source import read_wandb_source
 from hed.report import analysis_figures
 
 logger = logging.getLogger(__name__)
@@ -206,32 +206,14 @@ def fetch_trainer_entropy(
     if spec is None:
         logger.info("run %s: no W&B source, so no trainer entropy (%s)", run, key)
         return empty
-    options = spec.options
     try:
-        if spec.name == "wandb":
-            history = read_wandb_history(
-                _ref(options, run),
-                metric_key=key,
-                step_key=options["step_key"],
-                base_url=options["base_url"],
-                timeout=options["timeout"],
-            )
-        else:
-            history = read_wandb_offline_history(
-                options["path"], metric_key=key, step_key=options["step_key"]
-            )
+        history = read_wandb_source(spec, run, metric_key=key)
     except InputDataError as exc:
         logger.warning("run %s: no trainer entropy: %s", run, exc)
         return empty
     return pd.DataFrame(
         {"run": run, "step": history["step"].astype(int), "trainer_entropy": history["pass1"]}
     )
-
-
-def _ref(options: Mapping[str, Any], run: str):
-    from hed.pass1.sources import wandb_run_ref
-
-    return wandb_run_ref(options, f"metrics.runs.{run}.sources.wandb")
 
 
 def tabulate_trainer_entropy(

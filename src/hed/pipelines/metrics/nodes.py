@@ -17,8 +17,7 @@ from hed.pass1.config import WANDB_SOURCES, MetricsParams
 from hed.pass1.csv_file import read_pass1_csv
 from hed.pass1.generated import GENERATED_METRIC, pass1_from_summary
 from hed.pass1.selection import PASS1_COLUMNS, select_pass1, to_pass1_rows, warn_missing_steps
-from hed.pass1.wandb_offline import read_wandb_offline_history
-from hed.pass1.wandb_online import read_wandb_history, wandb_run_ref
+from hed.pass1.wandb_source import read_wandb_source
 
 logger = logging.getLogger(__name__)
 
@@ -47,22 +46,9 @@ def fetch_wandb_history(
         ConfigError: no W&B API key. InputDataError: run or folder not found, metric absent.
     """
     spec = MetricsParams.of(metrics_params).run(run).wandb_source
-    options = spec.options
-    if spec.name == "wandb":
-        history = read_wandb_history(
-            wandb_run_ref(options, f"metrics.runs.{run}.sources.wandb"),
-            metric_key=options["metric_key"],
-            step_key=options["step_key"],
-            base_url=options["base_url"],
-            timeout=options["timeout"],
-        )
-    else:
-        history = read_wandb_offline_history(
-            options["path"], metric_key=options["metric_key"], step_key=options["step_key"]
-        )
-    logger.info(
-        "run %s: %d row(s) of %s from %s", run, len(history), options["metric_key"], spec.name
-    )
+    history = read_wandb_source(spec, run)
+    key = spec.options["metric_key"]
+    logger.info("run %s: %d row(s) of %s from %s", run, len(history), key, spec.name)
     return history.assign(source=spec.name)
 
 

@@ -132,18 +132,36 @@ def test_gpu_runner_runs_the_s3_node_in_its_own_process(saved_inputs):
     assert table.column("prompt_id").to_pylist() == [3, 1, 2]
 
 
-def test_gpu_runner_names_a_dataset_that_cannot_be_pickled(saved_inputs):
+def test_gpu_runner_names_a_gpu_nodes_dataset_that_cannot_be_pickled(saved_inputs):
     task = gpu_task(SAVE_VERSION)
     datasets = {n: task.catalog[n] for n in task.catalog.keys()}
-    catalog = SharedMemoryDataCatalog(datasets={**datasets, "odd": MemoryDataset(lambda: 1)})
-    with pytest.raises(ConfigError, match=r"^GPURunner: catalog dataset\(s\) odd \(.*lambda"):
-        GPURunner(gpus="cpu").run(Pipeline([task.node]), catalog, _create_hook_manager())
+    odd = MemoryDataset(lambda: 1)
+    catalog = SharedMemoryDataCatalog(datasets={**datasets, "odd": odd})
+    node = Node(runner_nodes.shard_from, ["prompts", "odd"], "shard", tags=["gpu"])
+    with pytest.raises(ConfigError) as caught:
+        GPURunner(gpus="cpu").run(Pipeline([node]), catalog, _create_hook_manager())
+    assert str(caught.value).startswith("GPURunner: dataset(s) odd (")
+    assert "lambda" in str(caught.value) and "of a gpu node cannot be pickled" in str(caught.value)
 
 
-def test_gpu_runner_refuses_a_single_process_dataset_as_kedro_does(saved_inputs):
+def test_gpu_runner_refuses_a_gpu_nodes_single_process_dataset_as_kedro_does(saved_inputs):
     task = gpu_task(SAVE_VERSION)
     datasets = {n: task.catalog[n] for n in task.catalog.keys()}
     cached = CachedDataset(MemoryDataset([1, 2]))  # pickles, but its cache stays in one process
     catalog = SharedMemoryDataCatalog(datasets={**datasets, "cached": cached})
+    node = Node(runner_nodes.shard_from, ["prompts", "cached"], "shard", tags=["gpu"])
     with pytest.raises(ConfigError, match=r"dataset\(s\) cached \(.*CachedDataset works in one"):
-        GPURunner(gpus="cpu").run(Pipeline([task.node]), catalog, _create_hook_manager())
+        GPURunner(gpus="cpu").run(Pipeline([node]), catalog, _create_hook_manager())
+
+
+def test_datasets_a_gpu_node_does_not_use_need_not_pickle(saved_inputs):
+    """Only the node's own datasets travel: a lambda or a CachedDataset elsewhere in the
+    catalog (a notebook's, a CPU node's) does not block the run."""
+    save_version = "2026-12-01T14.00.00.000Z"
+    task = gpu_task(save_version)
+    datasets = {n: task.catalog[n] for n in task.catalog.keys()}
+    extra = {"odd": MemoryDataset(lambda: 1), "cached": CachedDataset(MemoryDataset([1, 2]))}
+    catalog = SharedMemoryDataCatalog(datasets={**datasets, **extra})
+    GPURunner(gpus="cpu").run(Pipeline([task.node]), catalog, _create_hook_manager())
+    table = gpu_task(save_version).catalog.load("shard").to_table()
+    assert table.column("prompt_id").to_pylist() == [3, 1, 2]

@@ -33,6 +33,7 @@ from hed.runners.process import (
     child_main,
     describe_exit,
     failure_reason,
+    node_catalog,
     pickle_task,
     signal_group,
     traceback_to_log,
@@ -283,8 +284,10 @@ class NodeExecutor(Executor):
         elsewhere. Returns None when the node ran to the end, else its one-line reason.
         """
         node = task.node
-        # No hook manager (it cannot be pickled): the child builds its own from settings.HOOKS.
-        child = Task(node=node, catalog=task.catalog, is_async=task.is_async, run_id=task.run_id)
+        # No hook manager (it cannot be pickled): the child builds its own from settings.HOOKS;
+        # only the node's own datasets (the run's other datasets need not pickle).
+        catalog = node_catalog(node, task.catalog)
+        child = Task(node=node, catalog=catalog, is_async=task.is_async, run_id=task.run_id)
         try:
             payload = pickle_task(child)
         except Exception as exc:

@@ -134,27 +134,33 @@ class GPURunner(ParallelRunner):
 
     @classmethod
     def _validate_catalog(cls, catalog: SharedMemoryCatalogProtocol) -> None:  # type: ignore[override]
-        """``ParallelRunner``'s check that the catalog pickles, with the pickler the ``gpu``
-        nodes' tasks travel with (:func:`~hed.runners.process.pickle_task`: datasets on an
-        object store pass, which plain pickle refuses).
+        """Nothing for the whole catalog: only a ``gpu`` node's own datasets travel to its
+        process (:func:`~hed.runners.process.node_catalog`), checked by
+        :meth:`_check_gpu_datasets` before the first node."""
+
+    @staticmethod
+    def _check_gpu_datasets(pipeline: Pipeline, catalog: SharedMemoryCatalogProtocol) -> None:
+        """Refuse a run whose ``gpu`` nodes' datasets cannot be sent to their processes, with
+        the pickler their tasks travel with (:func:`~hed.runners.process.pickle_task`:
+        datasets on an object store pass, which plain pickle refuses).
 
         Raises:
-            ConfigError: a dataset cannot be sent to a node's process (names it and why).
+            ConfigError: one line naming each dataset that cannot be sent, and why.
         """
-        try:
-            pickle_task(catalog)
-        except Exception:
-            bad = []
-            for name, dataset in catalog.items():
-                try:
-                    pickle_task(dataset)
-                except Exception as exc:
-                    bad.append(f"{name} ({failure_reason(exc)})")
+        gpu_nodes = [node for node in pipeline.nodes if GPU_TAG in node.tags]
+        names = {n for node in gpu_nodes for n in (*node.inputs, *node.outputs)}
+        bad = []
+        for name in sorted(names):
+            try:
+                pickle_task(catalog.get(name, fallback_to_runtime_pattern=True))
+            except Exception as exc:
+                bad.append(f"{name} ({failure_reason(exc)})")
+        if bad:
             raise ConfigError(
-                f"GPURunner: catalog dataset(s) {'; '.join(bad) or '?'} cannot be pickled for a "
-                "gpu node's process; use one that pickles (no lambda, open handle or "
-                "single-process cache such as CachedDataset), or SequentialRunner"
-            ) from None
+                f"GPURunner: dataset(s) {'; '.join(bad)} of a gpu node cannot be pickled for its "
+                "process; use one that pickles (no lambda, open handle or single-process cache "
+                "such as CachedDataset), or SequentialRunner"
+            )
 
     def _get_executor(self, max_workers: int) -> Executor:
         self._executor = NodeExecutor(self._slots, self._threads, self._dependencies, self._logger)
@@ -173,6 +179,7 @@ class GPURunner(ParallelRunner):
             FailedNodesError: one or more nodes failed (the others ran).
         """
         self._dependencies = pipeline.node_dependencies
+        self._check_gpu_datasets(pipeline, catalog)
         try:
             with sigterm_as_exit():
                 # AbstractRunner's, not ParallelRunner's: that one drops hook_manager, which the

@@ -125,6 +125,21 @@ def pickle_task(task: Any) -> bytes:
     return bytes(TaskPickler.dumps(task))
 
 
+def node_catalog(node: Any, catalog: Any, catalog_type: type | None = None) -> Any:
+    """A catalog with only ``node``'s inputs and outputs: what its task carries to another
+    process (the datasets themselves, shared-memory ones with their manager).
+
+    Args:
+        node: a Kedro ``Node``.
+        catalog: the run's catalog, its datasets materialised (Kedro's runner does that
+            before the first node).
+        catalog_type: the new catalog's class; default ``type(catalog)``.
+    """
+    names = [*node.inputs, *node.outputs]
+    datasets = {n: catalog.get(n, fallback_to_runtime_pattern=True) for n in names}
+    return (catalog_type or type(catalog))(datasets=datasets)
+
+
 def _device_used() -> str:
     """``cuda`` if the node's process used torch with a CUDA device, else ``cpu``."""
     torch = sys.modules.get("torch")

@@ -37,7 +37,7 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 from kedro.framework import project as kedro_project
-from kedro.io import MemoryDataset
+from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import AbstractRunner
 from kedro.runner.task import Task
 
@@ -46,6 +46,7 @@ from hed.runners.executor import GPU_TAG, FailedNodesError, NodeExecutor
 from hed.runners.gpu import GPURunner
 from hed.runners.process import (
     failure_reason,
+    node_catalog,
     pickle_task,
     project_hook_manager,
     sigterm_as_exit,
@@ -86,16 +87,6 @@ def memory_datasets_crossing(pipeline: Pipeline, catalog: CatalogProtocol) -> li
             if dataset is None or isinstance(dataset, MemoryDataset):
                 names.add(name)
     return sorted(names)
-
-
-def node_catalog(node: Node, catalog: CatalogProtocol) -> Any:
-    """A ``DataCatalog`` with only ``node``'s inputs and outputs (what its Ray task carries)."""
-    from kedro.io import DataCatalog
-
-    names = [*node.inputs, *node.outputs]
-    return DataCatalog(
-        datasets={n: catalog.get(n, fallback_to_runtime_pattern=True) for n in names}
-    )
 
 
 def describe_worker() -> dict[str, Any]:
@@ -190,7 +181,7 @@ class RayNodeExecutor(NodeExecutor):
         node = task.node
         child = Task(
             node=node,
-            catalog=node_catalog(node, task.catalog),
+            catalog=node_catalog(node, task.catalog, DataCatalog),
             is_async=task.is_async,
             run_id=task.run_id,
         )

@@ -29,6 +29,7 @@ from hed.io.missing_inputs import check_inputs_exist, project_pipelines
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 from hed.pass1.credentials import export_wandb_api_key
 from hed.records.object_store import make_dataset_writes_atomic
+from hed.runners.executor import RunInterruptedError
 from hed.runners.resume import resume_command, resume_nodes
 
 logger = logging.getLogger(__name__)
@@ -369,14 +370,37 @@ class ResumeHooks:
 
     def __init__(self) -> None:
         self._completed: set[str] = set()
+        self._running: tuple[Any, Any] | None = None  # (pipeline, catalog) while a run lasts
 
     @hook_impl
-    def before_pipeline_run(self) -> None:
+    def before_pipeline_run(self, pipeline: Any, catalog: Any) -> None:
         self._completed = set()
+        self._running = (pipeline, catalog)
 
     @hook_impl
     def after_node_run(self, node: Any) -> None:
         self._completed.add(node.name)
+
+    @hook_impl
+    def after_pipeline_run(self) -> None:
+        self._running = None
+
+    def interruption(self) -> RunInterruptedError:
+        """What ``kedro run`` shows for a Ctrl-C that a runner did not word itself (Kedro's
+        ``SequentialRunner``, ``ThreadRunner``): how many nodes completed and the command that
+        resumes the run (:func:`resume_command`), or that no run had started."""
+        if self._running is None:
+            return RunInterruptedError(
+                "interrupted (Ctrl-C) before any node ran; rerun the command"
+            )
+        pipeline, catalog = self._running
+        unfinished = [node.name for node in pipeline.nodes if node.name not in self._completed]
+        starts = resume_nodes(pipeline, unfinished, catalog)
+        return RunInterruptedError(
+            f"interrupted (Ctrl-C): {len(pipeline.nodes) - len(unfinished)} of "
+            f"{len(pipeline.nodes)} node(s) completed and kept their outputs; resume with: "
+            f"{resume_command(starts)}"
+        )
 
     @hook_impl
     def on_pipeline_error(self, error: Exception, pipeline: Any, catalog: Any) -> None:

@@ -143,19 +143,9 @@ def check_env_exists(context: KedroContext) -> None:
     Raises:
         ConfigError: one line: the unknown name, the nearest valid one and every valid one.
     """
-    import difflib
-
-    env = context.env
-    conf = context.project_path / settings.CONF_SOURCE
-    if not env or (conf / env).is_dir():
-        return
-    valid = sorted(p.name for p in conf.iterdir() if p.is_dir() and not p.name.startswith("."))
-    near = difflib.get_close_matches(env, valid, n=1, cutoff=0.5)
-    hint = f"did you mean --env {near[0]}? " if near else ""
-    raise ConfigError(
-        f"--env {env}: there is no {settings.CONF_SOURCE}/{env} folder; {hint}environments: "
-        f"{', '.join(valid)} (create conf/{env}/ for a new study)"
-    )
+    message = layout.unknown_env(context.project_path / settings.CONF_SOURCE, context.env)
+    if message:
+        raise ConfigError(message)
 
 
 #: Outputs whose file the end of a run names in the log (the figures and what they are drawn from).

@@ -2281,7 +2281,7 @@ def stale_check(ctx: Ctx, recorded: dict[str, Any], current: dict[str, Any]) -> 
     fresh.saved("entropy_thresholds")
     later = Freshness(str(ctx.tmp / "data"))
     command = update_command(["aggregation"], ["reporting"])
-    return lambda: later.check(["entropy_thresholds"], current, lambda _: command)
+    return lambda: later.check(["entropy_thresholds"], current, lambda *_: command)
 
 
 @case("freshness-stale-parameter")

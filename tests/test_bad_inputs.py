@@ -698,7 +698,7 @@ def _(t: Ctx) -> Expect:
     return Expect(
         lambda: generate_shard(prompts, checkpoints, {}, GENERATION, run="dapo", step=40, shard=0),
         ConfigError,
-        ("'dapo'", "step 40", "resolve_checkpoints"),
+        ("'dapo'", "step 40", "--nodes resolve_checkpoints`, then run your command again"),
     )
 
 

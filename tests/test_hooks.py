@@ -151,7 +151,7 @@ def test_a_stale_dataset_is_named_with_the_pipeline_that_writes_it_in_the_runs_o
 
     from hed.config import layout
     from hed.config.loader import HEDConfigLoader
-    from hed.hooks import _producers
+    from hed.io.missing_inputs import pipelines_to_update, project_pipelines
 
     from .conftest import REPO_ROOT
 
@@ -163,6 +163,11 @@ def test_a_stale_dataset_is_named_with_the_pipeline_that_writes_it_in_the_runs_o
     (run,) = params["runs"].values()
     params["runs"] = {"my_study_run": {**run, "steps": [0, 30]}}
     assert layout.active_session() is None  # as during a run
-    assert _producers("my_study_run.step_30.token_records", params) == ["aggregation"]
-    assert _producers("my_study_run.step_30.shard_0.token_records", params) == ["generation"]
-    assert _producers("smollm2_demo.step_0.token_records", params) == []
+    built = project_pipelines(params)
+
+    def fix(dataset: str) -> list[str]:
+        return pipelines_to_update(dataset, [], built, params)
+
+    assert fix("my_study_run.step_30.token_records")[0] == "aggregation"
+    assert fix("my_study_run.step_30.shard_0.token_records")[:2] == ["generation", "aggregation"]
+    assert fix("smollm2_demo.step_0.token_records") == []

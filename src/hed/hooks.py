@@ -231,8 +231,29 @@ class ProvenanceHooks:
                 "Run summary: nothing written (no figure or table of this pipeline was "
                 "(re)computed; the current files are those of an earlier run)"
             )
+        else:  # a pipeline without tables or figures (generation): its records
+            _summarise_records(pipeline, catalog, run_params.get("run_id"))
         for line in mismatched_figures(catalog, set(announced)):
             logger.warning("Run summary: %s", line)
+
+
+def _summarise_records(pipeline: Any, catalog: Any, run_id: str | None) -> None:
+    """The run summary of a pipeline that writes records, not tables (generation)."""
+    outputs = [n for n in sorted(pipeline.all_outputs()) if is_dataset_input(n)]
+    written = [path for n in outputs if (path := written_by_run(catalog, n, run_id))]
+    if written:
+        logger.info(
+            "Run summary: %d of %d output file(s) written (records; this pipeline draws no "
+            "figure or table), e.g.\n  %s",
+            len(written),
+            len(outputs),
+            "\n  ".join(written[:3]),
+        )
+    elif outputs:
+        logger.info(
+            "Run summary: nothing written (every output of this pipeline was already there: "
+            "the current files are those of an earlier run)"
+        )
 
 
 #: A figure and the tables it is drawn from: their current versions must be of one run.

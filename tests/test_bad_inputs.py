@@ -698,7 +698,7 @@ def _(t: Ctx) -> Expect:
     return Expect(
         lambda: generate_shard(prompts, checkpoints, {}, GENERATION, run="dapo", step=40, shard=0),
         ConfigError,
-        ("'dapo'", "step 40", "resolve_checkpoints"),
+        ("'dapo'", "step 40", "--nodes resolve_checkpoints`, then run your command again"),
     )
 
 
@@ -2314,7 +2314,7 @@ def stale_check(ctx: Ctx, recorded: dict[str, Any], current: dict[str, Any]) -> 
     fresh.saved("entropy_thresholds")
     later = Freshness(str(ctx.tmp / "data"))
     command = update_command(["aggregation"], ["reporting"])
-    return lambda: later.check(["entropy_thresholds"], current, lambda _: command)
+    return lambda: later.check(["entropy_thresholds"], current, lambda *_: command)
 
 
 @case("freshness-stale-parameter")

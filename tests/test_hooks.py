@@ -143,6 +143,49 @@ def test_the_summary_names_a_figure_and_table_of_different_runs(tmp_path, caplog
     )
 
 
+def test_a_records_pipeline_says_what_it_wrote_or_that_nothing_was(tmp_path, caplog):
+    """generation writes records, no table or figure: the summary counts its files."""
+    from kedro.io import DataCatalog
+    from kedro.io.core import Version
+    from kedro.pipeline import Node, Pipeline
+    from kedro_datasets.pandas import ParquetDataset
+
+    from hed.hooks import ProvenanceHooks
+
+    earlier, now = "2026-12-01T14.00.00.000Z", "2026-12-01T15.00.00.000Z"
+    paths = [tmp_path / f"shard_{k}.parquet" for k in range(2)]
+    for path in paths:
+        ParquetDataset(filepath=str(path), version=Version(None, earlier)).save(
+            pd.DataFrame({"a": [1]})
+        )
+    catalog = DataCatalog(
+        {
+            f"s{k}": ParquetDataset(filepath=str(p), version=Version(None, now))
+            for k, p in enumerate(paths)
+        }
+    )
+    pipeline = Pipeline([Node(lambda: (1, 2), None, ["s0", "s1"], tags=["gpu"])])
+
+    def summary() -> str:
+        caplog.clear()
+        with caplog.at_level("INFO", logger="hed.hooks"):
+            ProvenanceHooks().after_pipeline_run(
+                run_params={"run_id": now}, pipeline=pipeline, catalog=catalog
+            )
+        (line,) = [r.getMessage() for r in caplog.records if "Run summary" in r.getMessage()]
+        return line
+
+    assert summary().startswith("Run summary: nothing written (every output of this pipeline")
+    ParquetDataset(filepath=str(paths[1]), version=Version(None, now)).save(
+        pd.DataFrame({"a": [2]})
+    )
+    assert summary().splitlines() == [
+        "Run summary: 1 of 2 output file(s) written (records; this pipeline draws no figure or "
+        "table), e.g.",
+        f"  {paths[1] / now / paths[1].name}",
+    ]
+
+
 def test_a_stale_dataset_is_named_with_the_pipeline_that_writes_it_in_the_runs_own_layout():
     """The stale-data command names the pipelines that write a dataset, built from the run's
     parameters: a study's own run (not in conf/base) has producers too, although the session's
@@ -151,7 +194,7 @@ def test_a_stale_dataset_is_named_with_the_pipeline_that_writes_it_in_the_runs_o
 
     from hed.config import layout
     from hed.config.loader import HEDConfigLoader
-    from hed.hooks import _producers
+    from hed.io.missing_inputs import pipelines_to_update, project_pipelines
 
     from .conftest import REPO_ROOT
 
@@ -163,6 +206,11 @@ def test_a_stale_dataset_is_named_with_the_pipeline_that_writes_it_in_the_runs_o
     (run,) = params["runs"].values()
     params["runs"] = {"my_study_run": {**run, "steps": [0, 30]}}
     assert layout.active_session() is None  # as during a run
-    assert _producers("my_study_run.step_30.token_records", params) == ["aggregation"]
-    assert _producers("my_study_run.step_30.shard_0.token_records", params) == ["generation"]
-    assert _producers("smollm2_demo.step_0.token_records", params) == []
+    built = project_pipelines(params)
+
+    def fix(dataset: str) -> list[str]:
+        return pipelines_to_update(dataset, [], built, params)
+
+    assert fix("my_study_run.step_30.token_records")[0] == "aggregation"
+    assert fix("my_study_run.step_30.shard_0.token_records")[:2] == ["generation", "aggregation"]
+    assert fix("smollm2_demo.step_0.token_records") == []

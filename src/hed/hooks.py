@@ -25,7 +25,7 @@ from hed.core.command_line import update_command
 from hed.errors import ConfigError
 from hed.io import run_lock
 from hed.io.freshness import Freshness
-from hed.io.missing_inputs import check_inputs_exist, project_pipelines
+from hed.io.missing_inputs import check_inputs_exist, pipelines_to_update, project_pipelines
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 from hed.pass1.credentials import export_wandb_api_key
 from hed.records.object_store import make_dataset_writes_atomic
@@ -144,19 +144,9 @@ def check_env_exists(context: KedroContext) -> None:
     Raises:
         ConfigError: one line: the unknown name, the nearest valid one and every valid one.
     """
-    import difflib
-
-    env = context.env
-    conf = context.project_path / settings.CONF_SOURCE
-    if not env or (conf / env).is_dir():
-        return
-    valid = sorted(p.name for p in conf.iterdir() if p.is_dir() and not p.name.startswith("."))
-    near = difflib.get_close_matches(env, valid, n=1, cutoff=0.5)
-    hint = f"did you mean --env {near[0]}? " if near else ""
-    raise ConfigError(
-        f"--env {env}: there is no {settings.CONF_SOURCE}/{env} folder; {hint}environments: "
-        f"{', '.join(valid)} (create conf/{env}/ for a new study)"
-    )
+    message = layout.unknown_env(context.project_path / settings.CONF_SOURCE, context.env)
+    if message:
+        raise ConfigError(message)
 
 
 #: Outputs whose file the end of a run names in the log (the figures and what they are drawn from).
@@ -232,8 +222,29 @@ class ProvenanceHooks:
                 "Run summary: nothing written (no figure or table of this pipeline was "
                 "(re)computed; the current files are those of an earlier run)"
             )
+        else:  # a pipeline without tables or figures (generation): its records
+            _summarise_records(pipeline, catalog, run_params.get("run_id"))
         for line in mismatched_figures(catalog, set(announced)):
             logger.warning("Run summary: %s", line)
+
+
+def _summarise_records(pipeline: Any, catalog: Any, run_id: str | None) -> None:
+    """The run summary of a pipeline that writes records, not tables (generation)."""
+    outputs = [n for n in sorted(pipeline.all_outputs()) if is_dataset_input(n)]
+    written = [path for n in outputs if (path := written_by_run(catalog, n, run_id))]
+    if written:
+        logger.info(
+            "Run summary: %d of %d output file(s) written (records; this pipeline draws no "
+            "figure or table), e.g.\n  %s",
+            len(written),
+            len(outputs),
+            "\n  ".join(written[:3]),
+        )
+    elif outputs:
+        logger.info(
+            "Run summary: nothing written (every output of this pipeline was already there: "
+            "the current files are those of an earlier run)"
+        )
 
 
 #: A figure and the tables it is drawn from: their current versions must be of one run.
@@ -430,6 +441,7 @@ class FreshnessHooks:
 
     def __init__(self) -> None:
         self._fresh: Freshness | None = None
+        self._catalog: Any = None
         self._parameters: dict[str, Any] = {}
         self._context: KedroContext | None = None
 
@@ -444,17 +456,20 @@ class FreshnessHooks:
         check_inputs_exist(pipeline, catalog, run_params)
         root = session_data_root(self._context) if self._context is not None else layout.data_root()
         self._fresh = Freshness(root)
+        self._catalog = catalog
         self._parameters = catalog.load("parameters")
         asked = run_params.get("pipeline_names") or []
+
+        def command(dataset: str, changed: list[str]) -> str:
+            built = project_pipelines(self._parameters)
+            fix = pipelines_to_update(dataset, changed, built, self._parameters)
+            # a bad value in what the fix would run is refused as such, not as stale
+            parsed_sections(sum((built[n] for n in fix), pipeline), catalog, root)
+            env, runtime = run_params.get("env"), run_params.get("runtime_params")
+            return update_command(fix, asked, env, runtime)
+
         self._fresh.check(
-            pipeline.inputs(),
-            self._parameters,
-            lambda dataset: update_command(
-                _producers(dataset, self._parameters),
-                asked,
-                run_params.get("env"),
-                run_params.get("runtime_params"),
-            ),
+            pipeline.inputs(), self._parameters, command, lambda name: load_version(catalog, name)
         )
 
     @hook_impl
@@ -465,13 +480,27 @@ class FreshnessHooks:
     @hook_impl
     def after_dataset_saved(self, dataset_name: str, node: Any) -> None:
         if self._fresh is not None and "gpu" not in node.tags:
-            self._fresh.saved(dataset_name)
+            self._fresh.saved(dataset_name, save_version(self._catalog, dataset_name))
 
 
-def _producers(dataset: str, parameters: dict[str, Any]) -> list[str]:
-    """The pipelines of the project (not ``__default__``) that write ``dataset``, built from
-    the run's ``parameters`` (:func:`hed.io.missing_inputs.project_pipelines`: the session's
-    registry holds only the pipelines asked for, and its layout is no longer active once the
-    run starts). Called only to word a refusal."""
-    built = project_pipelines(parameters)
-    return [name for name in sorted(built) if dataset in built[name].all_outputs()]
+def save_version(catalog: Any, name: str) -> str | None:
+    """The version ``name`` is saved under in this run (None: unversioned or unknown)."""
+    dataset = _versioned(catalog, name)
+    return None if dataset is None else dataset.resolve_save_version()
+
+
+def load_version(catalog: Any, name: str) -> str | None:
+    """The version of ``name`` this run would load (None: unversioned, none, or unknown)."""
+    dataset = _versioned(catalog, name)
+    try:
+        return None if dataset is None else dataset.resolve_load_version()
+    except Exception:  # no version yet: the missing-input check words that
+        return None
+
+
+def _versioned(catalog: Any, name: str) -> Any:
+    try:
+        dataset = catalog.get(name) if catalog is not None else None
+    except Exception:
+        return None
+    return dataset if getattr(dataset, "_version", None) is not None else None

@@ -173,6 +173,10 @@ def test_params_runs_is_parsed_once_and_handed_to_the_nodes_as_the_layout(tmp_pa
             "runs.a.steps lists a step twice: [1, 1]",
         ),
         ({"a": {"steps": [1]}}, "runs.a.checkpoint_root is missing"),
+        (  # --params runs.run_c.steps=[0] with a misspelt run name makes a new run
+            {"run_a": {"checkpoint_root": "x", "steps": [0]}, "run_c": {"steps": [0]}},
+            "runs.run_c.checkpoint_root is missing; a new run needs one (did you mean run run_a?)",
+        ),
     ],
 )
 def test_a_bad_run_is_refused_in_one_line(runs, message):

@@ -52,10 +52,12 @@ def test_reporting_after_a_rho_change_on_the_command_line_refuses(reported):
     assert message.startswith("StaleInputError: ")
     assert "was 0.2 then, is 0.1 now" in message
     assert "aggregation.top_entropy_frac" in message
-    # a Python session: the command carries its runtime parameters (it would run base's 0.2)
+    # a Python session: the command carries its runtime parameters (it would run base's 0.2),
+    # and recomputes everything computed from the thresholds (dynamics, analyses: tables no
+    # later run reads, so none would refuse them), not only what reporting reads
     assert (
-        "kedro run --params aggregation.top_entropy_frac=0.1 --pipelines aggregation,reporting"
-        in message
+        "kedro run --params aggregation.top_entropy_frac=0.1 "
+        "--pipelines aggregation,dynamics,reporting,analyses`" in message
     )
     assert "or set aggregation.top_entropy_frac: 0.2" in message
     # the record of the table that was read says 0.2 (what it was computed with)
@@ -101,9 +103,9 @@ def test_check_compares_the_record_with_the_current_parameters(tmp_path):
     fresh.node_ran(_Node, {"aggregation": {"top_entropy_frac": 0.2}})
     fresh.saved("table")
     later = Freshness(str(tmp_path))
-    later.check(["table"], {"aggregation": {"top_entropy_frac": 0.2}}, lambda d: "kedro run")
+    later.check(["table"], {"aggregation": {"top_entropy_frac": 0.2}}, lambda *_: "kedro run")
     with pytest.raises(StaleInputError, match=r"table is stale: .*was 0.2 then, is 0.3 now"):
-        later.check(["table"], {"aggregation": {"top_entropy_frac": 0.3}}, lambda d: "kedro run")
+        later.check(["table"], {"aggregation": {"top_entropy_frac": 0.3}}, lambda *_: "kedro run")
     assert update_command(["aggregation"]) == "kedro run --pipelines aggregation"
     assert update_command(["metrics"], ["reporting"]) == "kedro run --pipelines metrics,reporting"
 
@@ -135,3 +137,115 @@ def test_the_stale_shard_fix_keeps_the_study_and_its_overrides(monkeypatch):
     with click.Context(click.Command("run")):
         assert regenerate_command().count("--only-missing-outputs") == 1
     assert regenerate_command() == "kedro run --pipelines generation --only-missing-outputs"
+
+
+def test_a_bad_value_is_refused_as_such_not_as_stale(reported):
+    """A value out of range is a ConfigError before any staleness (whose fix would repeat it)."""
+    message = _refusal(reported, "reporting", {"aggregation": {"top_entropy_frac": 1.5}})
+    assert message.startswith("ConfigError: "), message
+    assert "top_entropy_frac" in message and "stale" not in message
+
+
+def test_a_moved_checkpoint_folder_is_not_a_change(reported, tmp_path):
+    """``runs.<run>.checkpoint_root`` names where the checkpoints lie; their fingerprints,
+    compared per shard at aggregation, say what they hold."""
+    import shutil
+
+    runs = yaml.safe_load((reported / "conf/base/parameters.yml").read_text())["runs"]
+    old = Path(runs[RUN]["checkpoint_root"])
+    moved = tmp_path / "moved"
+    shutil.copytree(old if old.is_absolute() else reported / old, moved, symlinks=True)
+    run_kedro(reported, "reporting", params={"runs": {RUN: {"checkpoint_root": str(moved)}}})
+
+
+def _versioned_table(tmp_path: Path, version: str, rho: float) -> Freshness:
+    fresh = Freshness(str(tmp_path))
+
+    class _Node:
+        inputs = ("params:aggregation",)
+        outputs = ("table",)
+
+    fresh.node_ran(_Node, {"aggregation": {"top_entropy_frac": rho}})
+    fresh.saved("table", version)
+    return fresh
+
+
+def test_an_older_version_is_compared_by_its_own_record(tmp_path):
+    """``--load-versions`` of an older version, or the newest deleted: that version's record
+    decides; a version without one is refused (its inputs are not known)."""
+    v1, v2, v0 = "2026-12-01T10.00.00.000Z", "2026-12-01T11.00.00.000Z", "2026-12-01T09.00.00.000Z"
+    _versioned_table(tmp_path, v1, 0.2)
+    _versioned_table(tmp_path, v2, 0.1)
+    later = Freshness(str(tmp_path))
+    at_01 = {"aggregation": {"top_entropy_frac": 0.1}}
+    later.check(["table"], at_01, lambda *_: "kedro run", lambda _: v2)  # the newest: fresh
+    later.check(["table"], at_01, lambda *_: "kedro run", lambda _: None)  # unversioned
+    with pytest.raises(StaleInputError, match=r"^table is stale: .*was 0.2 then, is 0.1 now"):
+        later.check(["table"], at_01, lambda *_: "kedro run", lambda _: v1)
+    later.check(["table"], {"aggregation": {"top_entropy_frac": 0.2}}, lambda *_: "x", lambda _: v1)
+    with pytest.raises(StaleInputError) as caught:
+        later.check(["table"], at_01, lambda *_: "kedro run --pipelines aggregation", lambda _: v0)
+    assert str(caught.value) == (
+        f"table: the run would load version {v0}, but what it was computed from is recorded "
+        f"for version {v2} only (an older version: pinned with --load-versions, or the newer "
+        f"deleted); recompute it with `kedro run --pipelines aggregation`, or pin table:{v2}"
+    )
+
+
+def test_the_fix_recomputes_everything_downstream(reported):
+    """:func:`pipelines_to_update`: the writers, generation for a sampling key, and every
+    pipeline that reads what those write (not publish, not mini_rl)."""
+    from hed.io.missing_inputs import pipelines_to_update, project_pipelines
+
+    params = {"rescoring": {"in_default": False}}
+    built = project_pipelines(None)
+
+    def fix(dataset: str, key: str) -> list[str]:
+        return pipelines_to_update(dataset, [key], built, params)
+
+    assert fix("pass1_for_figures", "metrics.x") == ["metrics", "reporting", "analyses"]
+    assert fix("summary_by_step", "aggregation.top_entropy_frac") == [
+        "aggregation", "dynamics", "metrics", "reporting", "analyses"
+    ]  # fmt: skip
+    assert fix("summary_by_step", "generation.temperature")[:2] == ["generation", "aggregation"]
+    with_rescoring = pipelines_to_update(
+        "summary_by_step",
+        ["aggregation.top_entropy_frac"],
+        built,
+        {"rescoring": {"in_default": True}},
+    )
+    assert "rescoring" in with_rescoring and "publish" not in with_rescoring
+
+
+def test_an_older_version_loaded_is_checked_by_its_own_record(reported):
+    """End to end, last in this module (it recomputes the tables at ρ = 0.1): reporting at
+    ρ = 0.1 pinned to the ρ = 0.2 tables, or after the ρ = 0.1 ones are deleted, is refused."""
+    import shutil
+
+    from kedro.framework.project import configure_project, pipelines
+    from kedro.framework.session import KedroSession
+
+    folder = reported / "data/04_feature/summary_by_step.csv"
+    (old,) = sorted(p.name for p in folder.iterdir())
+    at_01 = {"aggregation": {"top_entropy_frac": 0.1}}
+    run_kedro(reported, "aggregation", params=at_01)
+    new = max(p.name for p in folder.iterdir())
+    assert new > old
+    record = json.loads(
+        (reported / f"data/.hed_computed_from/summary_by_step/{old}.json").read_text()
+    )
+    assert record["version"] == old
+    assert record["computed_from"]["aggregation.top_entropy_frac"] == 0.2
+    configure_project("hed")
+    pipelines.configure("hed.pipeline_registry")
+    import contextlib
+
+    with (
+        contextlib.chdir(reported),
+        KedroSession.create(project_path=reported, runtime_params=at_01) as session,
+        pytest.raises(StaleInputError, match=r"^summary_by_step is stale: .*was 0.2 then, is 0.1"),
+    ):
+        session.run(pipeline_names=["reporting"], load_versions={"summary_by_step": old})
+    shutil.rmtree(folder / new)  # the newest deleted: Kedro would load the older one
+    message = _refusal(reported, "reporting", at_01)
+    assert "summary_by_step is stale" in message and "was 0.2 then, is 0.1 now" in message

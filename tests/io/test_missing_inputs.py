@@ -153,6 +153,18 @@ def test_the_command_keeps_env_and_params_and_drops_node_filters(monkeypatch):
         )
 
 
+def test_the_nodes_command_keeps_the_study_and_drops_the_selection(monkeypatch):
+    from hed.core.command_line import nodes_command
+
+    argv = ["kedro", "run", "--env", "s1", "--pipelines", "generation", "--only-missing-outputs",
+            "--params", "generation.temperature=0.7", "--tags", "step_20"]  # fmt: skip
+    monkeypatch.setattr("sys.argv", argv)
+    with click.Context(click.Command("run")):
+        assert nodes_command(["resolve_checkpoints"]) == (
+            "kedro run --env s1 --params generation.temperature=0.7 --nodes resolve_checkpoints"
+        )
+
+
 def test_a_python_sessions_command_carries_its_env_and_runtime_params():
     """Outside ``kedro run``: the session's env and runtime params, as `--params` reads them."""
     from omegaconf import OmegaConf

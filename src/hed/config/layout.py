@@ -24,6 +24,7 @@ does. Outside a session (``python -c``, tests, ``hed doctor``) :func:`active_lay
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
@@ -197,7 +198,10 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
             raise ConfigError(f"runs.{name}.role is {role!r}: use one of {', '.join(ROLES)}")
         root = cfg.get("checkpoint_root")
         if not root:
-            raise ConfigError(f"runs.{name}.checkpoint_root is missing")
+            others = [str(n) for n in runs_cfg if n != name and isinstance(runs_cfg[n], dict)]
+            near = difflib.get_close_matches(str(name), others, n=1, cutoff=0.6)
+            hint = f"; a new run needs one (did you mean run {near[0]}?)" if near else ""
+            raise ConfigError(f"runs.{name}.checkpoint_root is missing{hint}")
         embedded = bool(cfg.get("embedded", RUN_DEFAULTS["embedded"]))
         given = cfg.get("steps", RUN_DEFAULTS["steps"])
         runs.append(
@@ -300,6 +304,23 @@ def data_root() -> str:
         except (OSError, yaml.YAMLError, AttributeError):
             continue
     return str(root)
+
+
+def unknown_env(conf: Path, env: str | None) -> str | None:
+    """``kedro run``'s one-line refusal of ``--env <env>`` when ``conf/<env>`` does not exist
+    (the nearest and every valid name); None when it exists or no environment is named."""
+    import difflib
+
+    if not env or (conf / env).is_dir():
+        return None
+    folders = conf.iterdir() if conf.is_dir() else ()
+    valid = sorted(p.name for p in folders if p.is_dir() and not p.name.startswith("."))
+    near = difflib.get_close_matches(env, valid, n=1, cutoff=0.5)
+    hint = f"did you mean --env {near[0]}? " if near else ""
+    return (
+        f"--env {env}: there is no {conf.name}/{env} folder; {hint}environments: "
+        f"{', '.join(valid)} (create conf/{env}/ for a new study)"
+    )
 
 
 def active_layout() -> StudyLayout:

@@ -60,6 +60,18 @@ def update_command(
     return shlex.join(["kedro", *args, *(["--pipelines", ",".join(names)] if names else [])])
 
 
+def nodes_command(nodes: list[str]) -> str:
+    """This ``kedro run`` line (its ``--env``, ``--params``, ``--runner`` kept) running only
+    ``nodes``: its node filters, ``--pipelines`` and ``--only-missing-outputs`` dropped (a node
+    whose output exists would be skipped)."""
+    tokens = shlex.split(update_command([]))
+    if "--pipelines" in tokens:
+        at = tokens.index("--pipelines")
+        del tokens[at : at + 2]
+    tokens = [t for t in tokens if t != "--only-missing-outputs"]
+    return shlex.join([*tokens, "--nodes", ",".join(nodes)])
+
+
 #: ``kedro run`` options that select nodes: a command that adds producers drops them.
 NODE_FILTERS = (
     "--nodes", "-n", "--from-nodes", "--to-nodes", "--from-inputs", "--to-outputs", "--tags",

@@ -97,10 +97,14 @@ class SamplingParams:
                 self.top_k is None or (whole(self.top_k) and self.top_k > 0),
                 "a positive integer, or null / 0 / -1 (off)",
             ),
-            ("max_new_tokens", whole(self.max_new_tokens) and self.max_new_tokens > 0, "> 0"),
-            ("top_prob_k", whole(self.top_prob_k) and self.top_prob_k > 0, "> 0"),
+            (
+                "max_new_tokens",
+                whole(self.max_new_tokens) and self.max_new_tokens > 0,
+                "a positive integer",
+            ),
+            ("top_prob_k", whole(self.top_prob_k) and self.top_prob_k > 0, "a positive integer"),
             ("seed", whole(self.seed), "an integer"),
-            ("batch_size", whole(self.batch_size) and self.batch_size > 0, "> 0"),
+            ("batch_size", whole(self.batch_size) and self.batch_size > 0, "a positive integer"),
         ]
         for name, ok, rule in checks:
             if not ok:

@@ -15,6 +15,7 @@ metadata, compared at aggregation) are not checked.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import threading
@@ -43,6 +44,11 @@ NOT_AFFECTING = (
     "rescoring.torch_threads",
     "mini_rl.torch_threads",
 )
+#: Keys (``fnmatch`` patterns) that name where an input lies, not what it holds: a checkpoint
+#: folder is identified by its fingerprints (``config_sha256``, ``weights_index_sha256`` in the
+#: ``checkpoints`` dataset, compared with each shard at aggregation), so a moved folder does
+#: not make data stale.
+LOCATION_KEYS = ("runs.*.checkpoint_root",)
 #: Datasets whose staleness aggregation's shard checks own (docs/running.md, staleness): the
 #: shards record their generation parameters, compared with the current ones per shard, with a
 #: message naming the shard; ``prompts`` and ``checkpoints`` are reused by design.
@@ -58,6 +64,8 @@ class StaleInputError(ConfigError):
 
 
 def _affects(key: str) -> bool:
+    if any(fnmatch.fnmatchcase(key, pattern) for pattern in LOCATION_KEYS):
+        return False
     return not any(key == k or key.startswith(k + ".") for k in NOT_AFFECTING)
 
 
@@ -110,19 +118,49 @@ class Freshness:
         self._in_run: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
-    def record_path(self, dataset: str) -> str:
-        """Where ``dataset``'s record lives."""
-        return f"{self._folder}/{dataset}.json"
+    def record_path(self, dataset: str, version: str | None = None) -> str:
+        """Where ``dataset``'s record lives: its newest (``<dataset>.json``), or that of one
+        saved ``version`` of a versioned dataset (``<dataset>/<version>.json``)."""
+        if version is None:
+            return f"{self._folder}/{dataset}.json"
+        return f"{self._folder}/{dataset}/{version}.json"
+
+    def _read(self, path: str) -> dict[str, Any] | None:
+        try:
+            with fsspec.open(path, "r", encoding="utf-8") as handle:
+                record = json.load(handle)
+            return record if isinstance(record.get("computed_from"), dict) else None
+        except (FileNotFoundError, OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
 
     def load(self, dataset: str) -> dict[str, Any] | None:
         """``dataset``'s ``computed_from`` (this run's, else the sidecar's), or ``None``."""
         if dataset in self._in_run:
             return self._in_run[dataset]
-        try:
-            with fsspec.open(self.record_path(dataset), "r", encoding="utf-8") as handle:
-                return json.load(handle)["computed_from"]
-        except (FileNotFoundError, OSError, ValueError, KeyError, TypeError):
-            return None
+        record = self._read(self.record_path(dataset))
+        return None if record is None else record["computed_from"]
+
+    def load_version(self, dataset: str, version: str | None) -> tuple[dict | None, str | None]:
+        """The record of the version of ``dataset`` a run would load.
+
+        Args:
+            dataset: a dataset name.
+            version: the version the run would load (None: unversioned, or not known).
+
+        Returns:
+            ``(computed_from, None)``; or ``(None, newest)`` when the newest record is of
+            another version (``newest``) and ``version`` has none of its own (written before
+            HED recorded versions, or by a run that did not record it); ``(None, None)`` when
+            the dataset has no record.
+        """
+        record = self._read(self.record_path(dataset))
+        if record is None:
+            return None, None
+        recorded = record.get("version")
+        if version is None or recorded is None or recorded == version:
+            return record["computed_from"], None
+        own = self._read(self.record_path(dataset, version))
+        return (own["computed_from"], None) if own is not None else (None, str(recorded))
 
     def node_ran(self, node: Any, parameters: Mapping[str, Any]) -> None:
         """Note what each of ``node``'s outputs was computed from (kept until saved).
@@ -146,34 +184,57 @@ class Freshness:
             for output in node.outputs:
                 self._in_run[output] = computed
 
-    def saved(self, dataset: str) -> None:
-        """Write ``dataset``'s record (after its save: the record follows the data)."""
+    def saved(self, dataset: str, version: str | None = None) -> None:
+        """Write ``dataset``'s record (after its save: the record follows the data).
+
+        Args:
+            dataset: the dataset saved.
+            version: its save version (a versioned dataset): recorded in the newest record
+                and kept as that version's own record, so that a run that loads an older
+                version (``--load-versions``, or the newest deleted) compares that one's.
+        """
         computed = self._in_run.get(dataset)
         if computed is None:
             return
-        text = json.dumps({"dataset": dataset, "computed_from": computed}, default=str, indent=1)
-        target = self.record_path(dataset)
-        if "://" not in target:  # a local data root: temporary file + rename
-            with atomic_path(target) as temp:
-                Path(temp).write_text(text, encoding="utf-8")
-            return
-        fs, bare = filesystem_of(target)  # object stores upload a whole object
-        fs.makedirs(self._folder, exist_ok=True)
-        with fs.open(bare, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        record = {"dataset": dataset, "computed_from": computed}
+        if version is not None:
+            record["version"] = version
+        text = json.dumps(record, default=str, indent=1)
+        targets = [self.record_path(dataset)]
+        if version is not None:
+            targets.insert(0, self.record_path(dataset, version))
+        for target in targets:
+            if "://" not in target:  # a local data root: temporary file + rename
+                with atomic_path(target) as temp:
+                    Path(temp).write_text(text, encoding="utf-8")
+                continue
+            fs, bare = filesystem_of(target)  # object stores upload a whole object
+            fs.makedirs(bare.rsplit("/", 1)[0], exist_ok=True)
+            with fs.open(bare, "w", encoding="utf-8") as handle:
+                handle.write(text)
 
-    def check(self, reads: Iterable[str], parameters: Mapping[str, Any], producers: Any) -> None:
+    def check(
+        self,
+        reads: Iterable[str],
+        parameters: Mapping[str, Any],
+        command: Callable[[str, list[str]], str],
+        load_version: Callable[[str], str | None] = lambda _: None,
+    ) -> None:
         """Refuse to start when a dataset the run reads is stale.
 
         Args:
             reads: the datasets the run loads without producing them (its free inputs).
             parameters: the run's parameters (every section, ``--params`` merged).
-            command: ``dataset -> the kedro run command that recomputes it`` (e.g.
-                :func:`hed.core.command_line.update_command` of the pipelines that write it).
+            command: ``(dataset, changed keys) -> the kedro run command that recomputes it``
+                (e.g. :func:`hed.core.command_line.update_command` of the pipelines that
+                write it and those downstream).
+            load_version: the version of a dataset the run would load (None: unversioned).
 
         Raises:
             StaleInputError: one line: the dataset, the first difference (recorded value,
-                current value), how many more, and the ``kedro run`` that recomputes it.
+                current value), how many more, and the ``kedro run`` that recomputes it; or
+                the version it would load is not the one recorded and has no record of its
+                own (an older version: pinned, or the newest deleted).
         """
         current: dict[str, Any] = {}
         for section, value in parameters.items():
@@ -181,17 +242,24 @@ class Freshness:
         for dataset in sorted(reads):
             if dataset.startswith("params:") or dataset in ("parameters", *CHECKED_ELSEWHERE):
                 continue
-            recorded = self.load(dataset)
-            if not recorded:
-                continue
+            version = load_version(dataset)
+            recorded, newest = self.load_version(dataset, version)
+            if newest is not None:
+                raise StaleInputError(
+                    f"{dataset}: the run would load version {version}, but what it was "
+                    f"computed from is recorded for version {newest} only (an older version: "
+                    f"pinned with --load-versions, or the newer deleted); recompute it with "
+                    f"`{command(dataset, [])}`, or pin {dataset}:{newest}"
+                )
             changed = [
                 key
-                for key, value in recorded.items()
-                if _jsonable(current.get(key, _MISSING)) != _jsonable(value)
+                for key, value in (recorded or {}).items()
+                if _affects(key.removesuffix("#sha256"))
+                and _jsonable(current.get(key, _MISSING)) != _jsonable(value)
             ]
             if changed:
                 raise StaleInputError(
-                    _stale_message(dataset, recorded, current, changed, producers)
+                    _stale_message(dataset, recorded or {}, current, changed, command)
                 )
 
 
@@ -207,7 +275,7 @@ def _stale_message(
     recorded: Mapping[str, Any],
     current: Mapping[str, Any],
     changed: list[str],
-    command: Callable[[str], str],
+    command: Callable[[str, list[str]], str],
 ) -> str:
     key = changed[0]
     now = current.get(key, _MISSING)
@@ -221,5 +289,5 @@ def _stale_message(
     more = f" (and {len(changed) - 1} more difference(s))" if len(changed) > 1 else ""
     return (
         f"{dataset} is stale: it was computed before a change: {what}{more}; "
-        f"bring it up to date with `{command(dataset)}`, {fix_back}"
+        f"bring it up to date with `{command(dataset, changed)}`, {fix_back}"
     )

@@ -177,6 +177,51 @@ def producers_of(missing: Iterable[str], pipelines: Mapping[str, Any], catalog: 
     return sorted(chosen, key=names.index)
 
 
+#: Sections whose keys enter the records through the shards: a change means new shards.
+_GENERATED_FROM = ("generation.", "prompts.")
+#: Pipelines a fix command never adds on its own: training, and publishing results elsewhere.
+_NEVER_ADDED = ("mini_rl", "publish")
+
+
+def pipelines_to_update(
+    dataset: str, changed: Iterable[str], built: Mapping[str, Any], parameters: Mapping[str, Any]
+) -> list[str]:
+    """The pipelines that bring ``dataset`` up to date, and everything computed from it.
+
+    The pipelines that write ``dataset``; ``generation`` too when a changed key is a
+    generation or prompts parameter (the shards must be sampled again); then, repeatedly,
+    every pipeline that reads what those write (so that no table downstream, read by no later
+    run, is left stale), except :data:`_NEVER_ADDED` and ``rescoring`` unless
+    ``rescoring.in_default``.
+
+    Args:
+        dataset: the stale dataset.
+        changed: the keys of its record that differ from the current parameters.
+        built: the project's pipelines by name (:func:`project_pipelines`).
+        parameters: the run's parameters.
+
+    Returns:
+        Pipeline names in :data:`CHAIN` order.
+    """
+    rescoring = parameters.get("rescoring")
+    skip = {*_NEVER_ADDED, *(() if _in_default(rescoring) else ("rescoring",))}
+    names = [n for n in CHAIN if n in built and n not in skip]
+    chosen = {n for n in names if dataset in built[n].all_outputs()}
+    if "generation" in built and any(k.startswith(_GENERATED_FROM) for k in changed):
+        chosen.add("generation")
+    grown = True
+    while grown:
+        written = set().union(*(built[n].all_outputs() for n in chosen)) if chosen else set()
+        more = {n for n in names if n not in chosen and built[n].inputs() & written}
+        chosen |= more
+        grown = bool(more)
+    return [n for n in CHAIN if n in chosen]
+
+
+def _in_default(section: Any) -> bool:
+    return isinstance(section, Mapping) and bool(section.get("in_default"))
+
+
 def project_pipelines(params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Every pipeline of the project, built now (Kedro's ``find_pipelines``).
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 from hed.config.layout import StudyLayout
 from hed.config.params import GenerationParams, lexicon_param
 from hed.config.prompt_params import PromptsParams
+from hed.core.command_line import nodes_command
 from hed.core.grading import grade_response, normalise_reference, reference_parses
 from hed.decode.checkpoints import (
     check_same_vocabulary,
@@ -281,7 +282,9 @@ def checkpoint_entry(checkpoints: dict[str, Any], run: str, step: int) -> dict[s
     entry = checkpoints.get(run, {}).get("steps", {}).get(str(step))
     if entry is None:
         raise ConfigError(
-            f"no checkpoint resolved for run {run!r} step {step}: rerun `resolve_checkpoints`"
+            f"no checkpoint resolved for run {run!r} step {step} (a step added since, or "
+            f"found by `steps: all`): resolve them again with "
+            f"`{nodes_command(['resolve_checkpoints'])}`, then run your command again"
         )
     return entry
 

@@ -37,6 +37,7 @@ from hed.analysis.rescoring import (
 )
 from hed.config.params import AggregationParams, GenerationParams, top_entropy_frac_param
 from hed.config.prompt_params import PromptsParams
+from hed.core.command_line import nodes_command
 from hed.decode.teacher_forced import compare_scores
 from hed.errors import ConfigError, InputDataError
 from hed.records.schema import RECORD_KEY, REFERENCE_RESPONSE_SCHEMA
@@ -244,7 +245,9 @@ def rescore_shard(
     entry = checkpoints.get(run, {}).get("steps", {}).get(str(step))
     if entry is None:
         raise ConfigError(
-            f"no checkpoint resolved for run {run!r} step {step}: rerun `resolve_checkpoints`"
+            f"no checkpoint resolved for run {run!r} step {step} (a step added since, or "
+            f"found by `steps: all`): resolve them again with "
+            f"`{nodes_command(['resolve_checkpoints'])}`, then run your command again"
         )
     sampling = GenerationParams.of(generation).sampling
     temperature = params.temperature or sampling.temperature

@@ -30,7 +30,7 @@ from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, 
 from hed.pass1.credentials import export_wandb_api_key
 from hed.records.object_store import make_dataset_writes_atomic
 from hed.runners.executor import RunInterruptedError
-from hed.runners.resume import resume_command, resume_nodes
+from hed.runners.resume import interrupted_error, resume_command, resume_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -397,21 +397,9 @@ class ResumeHooks:
         self._running = None
 
     def interruption(self) -> RunInterruptedError:
-        """What ``kedro run`` shows for a Ctrl-C that a runner did not word itself (Kedro's
-        ``SequentialRunner``, ``ThreadRunner``): how many nodes completed and the command that
-        resumes the run (:func:`resume_command`), or that no run had started."""
-        if self._running is None:
-            return RunInterruptedError(
-                "interrupted (Ctrl-C) before any node ran; rerun the command"
-            )
-        pipeline, catalog = self._running
-        unfinished = [node.name for node in pipeline.nodes if node.name not in self._completed]
-        starts = resume_nodes(pipeline, unfinished, catalog)
-        return RunInterruptedError(
-            f"interrupted (Ctrl-C): {len(pipeline.nodes) - len(unfinished)} of "
-            f"{len(pipeline.nodes)} node(s) completed and kept their outputs; resume with: "
-            f"{resume_command(starts)}"
-        )
+        """What ``kedro run`` shows for a Ctrl-C that the runner did not word itself
+        (:func:`hed.runners.resume.interrupted_error`)."""
+        return interrupted_error(*(self._running or (None, None)), self._completed)
 
     @hook_impl
     def on_pipeline_error(self, error: Exception, pipeline: Any, catalog: Any) -> None:

@@ -21,7 +21,7 @@ FILE = "conf/base/parameters_generation.yml"
         ),
         (  # a tab before a key: PyYAML's ScannerError
             "  answer_column: answer",
-            '\tanswer_column: answer',
+            "\tanswer_column: answer",
             f"ConfigError: {FILE} line 4, column 1: not valid YAML (found character that cannot "
             "start any token); fix the YAML there",
         ),

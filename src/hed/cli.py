@@ -8,6 +8,7 @@ Kedro's. ``python -m hed`` (Kedro's ``find_run_command``) takes ``run`` from thi
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import sys
 from typing import Any
@@ -48,6 +49,7 @@ def _report_interruption(callback: Any) -> Any:
 
     @functools.wraps(callback)
     def run(*args: Any, **kwargs: Any) -> Any:
+        check_runner(kwargs.get("runner"))
         try:
             return callback(*args, **kwargs)
         except KeyboardInterrupt as exc:
@@ -56,6 +58,46 @@ def _report_interruption(callback: Any) -> Any:
             sys.exit(INTERRUPTED_EXIT_STATUS)
 
     return run
+
+
+#: The runners ``--runner`` names: HED's (``hed.runners.<name>``) and Kedro's (bare names).
+KEDRO_RUNNERS = ("SequentialRunner", "ParallelRunner", "ThreadRunner")
+
+
+def known_runners() -> list[str]:
+    """``hed.runners``' public runners, then Kedro's, as ``--runner`` takes them."""
+    import hed.runners
+
+    hed_runners = [name for name in hed.runners.__all__ if name.endswith("Runner")]
+    return [*(f"hed.runners.{name}" for name in hed_runners), *KEDRO_RUNNERS]
+
+
+def check_runner(runner: str | None) -> None:
+    """Refuse a ``--runner`` that does not load, with the closest runner names.
+
+    Kedro's ``load_obj(runner, "kedro.runner")`` would end a misspelt name
+    (``hed.runners.GPURunnr``) in an ``AttributeError`` traceback.
+
+    Raises:
+        ConfigError: ``--runner <value>: no such runner (<reason>); did you mean <name>?
+            runners: ...``.
+    """
+    from kedro.utils import load_obj
+
+    from hed.errors import ConfigError, one_line
+
+    if not runner:
+        return
+    try:
+        load_obj(runner, "kedro.runner")
+    except (AttributeError, ImportError, ValueError) as exc:
+        runners = known_runners()
+        near = difflib.get_close_matches(runner, runners, n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise ConfigError(
+            f"--runner {runner}: no such runner ({one_line(exc)}); {hint}runners: "
+            f"{', '.join(runners)}"
+        ) from None
 
 
 run = copy.copy(kedro_run)

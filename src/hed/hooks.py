@@ -20,6 +20,7 @@ from kedro.framework.project import settings
 from kedro.io.core import VERSION_FORMAT
 
 from hed.config import layout, params
+from hed.config.catalog_keys import check_catalog_keys
 from hed.config.preflight import check_reused_shards, hand_to_nodes, parsed_sections
 from hed.core.command_line import update_command
 from hed.errors import ConfigError
@@ -66,7 +67,7 @@ class ProjectHooks:
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
-        """Check the environment exists and no parameter key is unknown (before
+        """Check the environment exists and no parameter or catalog key is unknown (before
         :class:`hed.layout_hooks.LayoutHooks` hands the parameters to the layout); keep the
         session's data root for the run lock.
 
@@ -83,6 +84,7 @@ class ProjectHooks:
                 key, conf_source, context.env, context.config_loader.runtime_params
             ),
         )
+        check_catalog_keys(context.config_loader["catalog"], conf_source, context.env)
         self._data_root = session_data_root(context)
         self._conf = (conf_source, Path(context.project_path))
         export_wandb_api_key(_credentials(context))

@@ -29,7 +29,8 @@ from hed.io.missing_inputs import check_inputs_exist, pipelines_to_update, proje
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 from hed.pass1.credentials import export_wandb_api_key
 from hed.records.object_store import make_dataset_writes_atomic
-from hed.runners.resume import resume_command, resume_nodes
+from hed.runners.executor import RunInterruptedError
+from hed.runners.resume import interrupted_error, resume_command, resume_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -380,14 +381,25 @@ class ResumeHooks:
 
     def __init__(self) -> None:
         self._completed: set[str] = set()
+        self._running: tuple[Any, Any] | None = None  # (pipeline, catalog) while a run lasts
 
     @hook_impl
-    def before_pipeline_run(self) -> None:
+    def before_pipeline_run(self, pipeline: Any, catalog: Any) -> None:
         self._completed = set()
+        self._running = (pipeline, catalog)
 
     @hook_impl
     def after_node_run(self, node: Any) -> None:
         self._completed.add(node.name)
+
+    @hook_impl
+    def after_pipeline_run(self) -> None:
+        self._running = None
+
+    def interruption(self) -> RunInterruptedError:
+        """What ``kedro run`` shows for a Ctrl-C that the runner did not word itself
+        (:func:`hed.runners.resume.interrupted_error`)."""
+        return interrupted_error(*(self._running or (None, None)), self._completed)
 
     @hook_impl
     def on_pipeline_error(self, error: Exception, pipeline: Any, catalog: Any) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import tempfile
 
 import pandas as pd
 import pyarrow as pa
@@ -22,7 +23,12 @@ from kedro.pipeline import Pipeline, node
 from hed.hooks import AtomicWritesHooks
 from hed.io.datasets import ArrowParquetDataset
 from hed.io.publishing import GITATTRIBUTES, MANIFEST, publish
-from hed.records.atomic_io import AtomicLocalFileSystem, atomic_path, new_temporary
+from hed.records.atomic_io import (
+    AtomicLocalFileSystem,
+    atomic_folder,
+    atomic_path,
+    new_temporary,
+)
 
 
 @pytest.fixture(params=[0o022, 0o077, 0o002])
@@ -111,3 +117,20 @@ def test_published_files_follow_the_umask(tmp_path, umask):
     assert (root / "s1" / "figure2_paper_reproduction.csv").read_text() == sources[
         "figure2_paper_reproduction.csv"
     ]
+
+
+def test_a_model_folders_files_follow_the_umask_whatever_the_library_wrote(tmp_path, umask):
+    # safetensors writes model.safetensors 0600 (seen in the demo's embedded checkpoint)
+    target = tmp_path / "global_step_0" / "actor_hf"
+    with atomic_folder(target) as temp:
+        (temp / "config.json").write_text("{}")
+        fd, weights = tempfile.mkstemp(dir=temp)  # 0600, as that library leaves it
+        os.write(fd, b"weights")
+        os.close(fd)
+        os.rename(weights, temp / "model.safetensors")
+    assert {p.name: mode(p) for p in target.iterdir()} == {
+        "config.json": 0o666 & ~umask,
+        "model.safetensors": 0o666 & ~umask,
+    }
+    assert mode(target) == 0o755  # folders as before
+    assert (target / "model.safetensors").read_bytes() == b"weights"

@@ -226,7 +226,9 @@ def atomic_folder(target: str | os.PathLike, *, mode: int = 0o755) -> Iterator[P
     """A temporary folder to fill; it replaces ``target`` only if the block succeeds.
 
     The folder (``.<name>.<random>`` next to ``target``, so the rename stays on one
-    filesystem) gets ``mode`` (``mkdtemp`` creates ``0700``) and is renamed onto ``target``
+    filesystem) gets ``mode`` (``mkdtemp`` creates ``0700``), each file in it the mode a plain
+    ``open()`` gives (a library may write 0600 files: safetensors' weights), and it is renamed
+    onto ``target``
     (an existing ``target`` is removed first); on any exception it is removed and ``target``
     is left as it was. Used for model folders, which must never look complete half-written.
 
@@ -238,6 +240,10 @@ def atomic_folder(target: str | os.PathLike, *, mode: int = 0o755) -> Iterator[P
     temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         yield temp
+        file_mode = _open_mode(temp)
+        for path in temp.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                os.chmod(path, file_mode)
         os.chmod(temp, mode)
         if target.exists():
             shutil.rmtree(target)
@@ -245,6 +251,18 @@ def atomic_folder(target: str | os.PathLike, *, mode: int = 0o755) -> Iterator[P
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
+
+
+def _open_mode(folder: Path) -> int:
+    """The permission bits ``open()`` gives a new file in ``folder`` (``0o666 & ~umask``, or
+    the folder's default ACL), read from a probe file rather than from ``os.umask``."""
+    probe = folder / f".hed-mode-probe.{secrets.token_hex(6)}"
+    fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o666)
+    try:
+        return os.fstat(fd).st_mode & 0o777
+    finally:
+        os.close(fd)
+        probe.unlink()
 
 
 def owned_temporary_folder(prefix: str, parent: str | os.PathLike | None = None) -> Path:

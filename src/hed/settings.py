@@ -13,6 +13,7 @@ from hed.hooks import (
     ShardPartsHooks,
 )
 from hed.layout_hooks import LayoutHooks
+from hed.table_hooks import TableHooks
 
 # `kedro run` shows HED's one-line errors without Python's traceback (HED_TRACEBACK=1 for it).
 install_short_tracebacks()
@@ -41,6 +42,7 @@ HOOKS = (
     ProvenanceHooks(),
     ShardPartsHooks(),
     ResumeHooks(),
+    TableHooks(),  # its before_pipeline_run runs second: before the run lock is taken
     FreshnessHooks(),
 )
 

@@ -24,7 +24,7 @@ from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
 from kedro.runner import SequentialRunner
 
-from hed.errors import ConfigError
+from hed.errors import ConfigError, InputDataError
 from hed.hooks import ProvenanceHooks
 from hed.io import provenance
 from hed.pipelines.reporting import create_pipeline
@@ -558,7 +558,7 @@ def test_non_strict_draws_what_exists_and_lists_the_omission(
         assert resolved["figures"]["fig3_steps_from"] == "fallback"
 
 
-def test_non_strict_without_any_record_still_draws_and_lists_every_gap(tmp_path, records):
+def test_non_strict_without_any_summary_row_refuses_an_empty_figure2_table(tmp_path, records):
     write_inputs(tmp_path, records, pass1_for_figures())
     catalog = make_catalog(
         tmp_path, {"runs": RUNS, "reporting": REPORTING}, "2025-01-03T00.00.00.000Z"
@@ -568,18 +568,20 @@ def test_non_strict_without_any_record_still_draws_and_lists_every_gap(tmp_path,
     reporting = {**REPORTING, "strict": False, "fig3": {"steps": None}}
     catalog["params:reporting"] = reporting
     catalog["parameters"] = {"runs": RUNS, "reporting": reporting}
-    run_pipeline(
-        create_pipeline(params={"runs": RUNS}),
-        catalog,
-        env=None,
-        run_id="2025-01-03T00.00.00.000Z",
-        project=tmp_path,
+    with pytest.raises(InputDataError) as refused:
+        run_pipeline(
+            create_pipeline(params={"runs": RUNS}),
+            catalog,
+            env=None,
+            run_id="2025-01-03T00.00.00.000Z",
+            project=tmp_path,
+        )
+    assert str(refused.value) == (
+        "summary_by_step has no row of run(s) dapo_without_clip, dapo_with_clip, so the Figure 2 "
+        "table would be empty; write it again with the aggregation pipeline "
+        "(kedro run --pipelines aggregation,reporting)"
     )
-    omissions = catalog.load("resolved_config")["omissions"]
-    assert "run dapo_without_clip: no rows in summary_by_step" in omissions
-    assert any("fig3.steps is not set" in o for o in omissions)
-    assert catalog.load("figure2_paper_reproduction").empty
-    assert Path(provenance.describe_dataset(catalog, "figure3_png")["path"]).is_file()
+    assert not catalog.exists("figure2_paper_reproduction")
 
 
 # ------------------------------------------------------------------ pipeline runs, resolved_config

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from hed.config.layout import StudyLayout, configured_steps, panel_runs, run_roles
 from hed.config.params import ReportingParams
-from hed.errors import ConfigError
+from hed.errors import ConfigError, InputDataError
 from hed.io import provenance
 from hed.report import figures, token_report
 
@@ -122,6 +122,7 @@ def plan_figures(
         configured and summary steps of the panels' runs), omissions (one sentence each).
 
     Raises:
+        InputDataError: ``summary_by_step`` has no row of any panel's run (strict or not).
         ConfigError: strict mode and something is missing (one message listing all of it), or
             a malformed ``reporting`` section (:func:`reporting_section`),
             ``reporting.fig3.steps``, ``reporting.top_n_words`` or ``reporting.fig2_measure``.
@@ -130,6 +131,7 @@ def plan_figures(
     strict, top_n, fig3_steps = parsed.strict, parsed.top_n_words, parsed.fig3_steps
     measure = parsed.fig2_measure
     panels = panel_runs(runs)
+    _refuse_empty_summary(summary_by_step, [run for run, _ in panels])
     kind = figure2_kind(runs)
     missing = [] if kind == PAPER else [_role_pair_gap(panels)]
     notes: list[str] = []
@@ -170,6 +172,18 @@ def plan_figures(
         "fig2_steps": _figure2_steps(summary_by_step, runs, panels),
         "omissions": missing + notes,
     }
+
+
+def _refuse_empty_summary(summary: pd.DataFrame, shown: list[str]) -> None:
+    """Strict or not, no figure is drawn from a ``summary_by_step`` without a row of any
+    panel's run: the Figure 2 table would be empty yet current."""
+    if "run" in summary and summary["run"].isin(shown).any():
+        return
+    raise InputDataError(
+        f"summary_by_step has no row of run(s) {', '.join(shown) or 'none'}, so the Figure 2 "
+        "table would be empty; write it again with the aggregation pipeline "
+        "(kedro run --pipelines aggregation,reporting)"
+    )
 
 
 def _figure2_steps(

@@ -136,3 +136,41 @@ def demo_study(tmp_path_factory, tokenizer, smollm2_dir) -> Path:
         patch.setattr(provenance, "git_state", lambda path: {"commit": "c" * 40, "dirty": False})
         report_demo_study(root, tokenizer, smollm2_dir)
     return root
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """Factory: ``make(path, files={name: text})`` fills a new folder ``path`` with ``files``
+    and makes it unwritable; returns the reason a write there gives.
+
+    As root (who writes through permission bits) the folder is a tmpfs remounted read-only,
+    a real ``Read-only file system`` as on a read-only bind mount; otherwise it is chmod 0555
+    (``Permission denied``). Unmounted / restored at teardown.
+    """
+    import os
+    import subprocess
+
+    made: list[tuple[Path, bool]] = []
+
+    def make(path: Path, files: dict[str, str] | None = None) -> str:
+        path.mkdir(parents=True)
+        root = os.geteuid() == 0
+        if root:
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], check=True
+            )
+        made.append((path, root))
+        for name, text in (files or {}).items():
+            (path / name).write_text(text)
+        if root:
+            subprocess.run(["mount", "-o", "remount,ro", str(path)], check=True)
+            return "Read-only file system"
+        path.chmod(0o555)
+        return "Permission denied"
+
+    yield make
+    for path, root in reversed(made):
+        if root:
+            subprocess.run(["umount", str(path)], check=False)
+        else:
+            path.chmod(0o755)

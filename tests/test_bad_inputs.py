@@ -1481,17 +1481,14 @@ def _(t: Ctx) -> Expect:
 
 @case("outputs-unwritable-folder")
 def _(t: Ctx) -> Expect:
-    if os.geteuid() == 0:
-        pytest.skip("root writes into read-only folders; outputs-folder-is-a-file covers this")
     folder = t.tmp / "04_feature"
-    folder.mkdir()
-    folder.chmod(0o555)
-    t.request.addfinalizer(lambda: folder.chmod(0o755))
+    reason = t.fixture("read_only_folder")(folder)  # a read-only mount as root, else chmod 555
     target = folder / "high_entropy_positions.parquet"
+    remedy = "mounted read-only" if reason == "Read-only file system" else "permissions"
     return Expect(
         lambda: write_parquet_atomically(target, pa.table({"a": [1]})),
         OutputWriteError,
-        (str(target), "Permission denied", "permissions"),
+        (str(target), reason, remedy),
         outputs=(target,),
     )
 
@@ -1900,6 +1897,42 @@ def _(t: Ctx) -> Expect:
             "conf/my_study/globals.yml",
         ),
         outputs=(owner,),
+    )
+
+
+@case("runner-data-root-read-only")
+def _(t: Ctx) -> Expect:
+    from hed.io.run_lock import OWNER_NAME, claim_root
+
+    root = t.tmp / "data" / "ro"
+    reason = t.fixture("read_only_folder")(root)
+    return Expect(
+        lambda: claim_root(root, "ro"),
+        OutputWriteError,
+        (
+            f"data root {root} is not writable",
+            OWNER_NAME,
+            reason,
+            "make it writable",
+            "set data_root in conf/ro/globals.yml",
+        ),
+        outputs=(root / OWNER_NAME,),
+    )
+
+
+@case("runner-data-root-read-only-lock")
+def _(t: Ctx) -> Expect:
+    # a root written before it was mounted read-only: its owner file is there, the lock is not
+    from hed.io.run_lock import LOCK_NAME, OWNER_NAME, acquire, claim_root
+
+    root = t.tmp / "data" / "ro"
+    reason = t.fixture("read_only_folder")(root, {OWNER_NAME: "ro\n"})
+    claim_root(root, "ro")  # reads the owner: nothing to write
+    return Expect(
+        lambda: acquire(root, "ro"),
+        OutputWriteError,
+        (f"data root {root} is not writable", LOCK_NAME, reason, "conf/ro/globals.yml"),
+        outputs=(root / LOCK_NAME,),
     )
 
 

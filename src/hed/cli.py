@@ -1,18 +1,108 @@
-"""HED's own ``kedro`` commands: ``kedro hed doctor``, the environment check (docs/install.md).
+"""HED's own ``kedro`` commands: ``kedro hed doctor``, the environment check (docs/install.md),
+and Kedro's ``kedro run`` with Ctrl-C reported in one line.
 
-Kedro adds the commands of ``cli`` to its project commands. ``python -m hed`` (Kedro's
-``find_run_command``) takes ``run`` from this module once it exists: Kedro's own.
+Kedro adds the commands of ``cli`` to its project commands; a project's ``run`` replaces
+Kedro's. ``python -m hed`` (Kedro's ``find_run_command``) takes ``run`` from this module.
 """
 
 from __future__ import annotations
 
+import copy
+import difflib
+import functools
+import sys
+from typing import Any
+
 import click
-from kedro.framework.cli.project import run  # noqa: F401 - `python -m hed` runs it
+from kedro.framework.cli.project import run as kedro_run
+
+#: Exit status of a run stopped by Ctrl-C: 128 + SIGINT, as a shell reports it.
+INTERRUPTED_EXIT_STATUS = 130
 
 
 @click.group(name="HED")
 def cli() -> None:
     """HED's project commands."""
+
+
+def _interruption(exc: KeyboardInterrupt) -> BaseException:
+    """The ``RunInterruptedError`` to show for ``exc``: the runner's own (``GPURunner``,
+    ``RayRunner``), else one worded by ``settings.HOOKS``' ``ResumeHooks`` from the nodes that
+    completed (Kedro's runners raise a plain ``KeyboardInterrupt``)."""
+    from hed.hooks import ResumeHooks
+    from hed.runners.executor import RunInterruptedError
+    from hed.settings import HOOKS
+
+    if isinstance(exc, RunInterruptedError):
+        return exc
+    hooks = [hook for hook in HOOKS if isinstance(hook, ResumeHooks)]
+    return hooks[0].interruption() if hooks else exc
+
+
+def _report_interruption(callback: Any) -> Any:
+    """``callback`` with Ctrl-C ending in one line and exit status 130.
+
+    Click turns a ``KeyboardInterrupt`` (``RunInterruptedError`` is one) into ``Aborted!``,
+    which hides the resume command; here its ``RunInterruptedError: <message>`` line is
+    printed to stderr instead.
+    """
+
+    @functools.wraps(callback)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        check_runner(kwargs.get("runner"))
+        try:
+            return callback(*args, **kwargs)
+        except KeyboardInterrupt as exc:
+            shown = _interruption(exc)
+            click.echo(f"{type(shown).__name__}: {shown}", err=True)
+            sys.exit(INTERRUPTED_EXIT_STATUS)
+
+    return run
+
+
+#: The runners ``--runner`` names: HED's (``hed.runners.<name>``) and Kedro's (bare names).
+KEDRO_RUNNERS = ("SequentialRunner", "ParallelRunner", "ThreadRunner")
+
+
+def known_runners() -> list[str]:
+    """``hed.runners``' public runners, then Kedro's, as ``--runner`` takes them."""
+    import hed.runners
+
+    hed_runners = [name for name in hed.runners.__all__ if name.endswith("Runner")]
+    return [*(f"hed.runners.{name}" for name in hed_runners), *KEDRO_RUNNERS]
+
+
+def check_runner(runner: str | None) -> None:
+    """Refuse a ``--runner`` that does not load, with the closest runner names.
+
+    Kedro's ``load_obj(runner, "kedro.runner")`` would end a misspelt name
+    (``hed.runners.GPURunnr``) in an ``AttributeError`` traceback.
+
+    Raises:
+        ConfigError: ``--runner <value>: no such runner (<reason>); did you mean <name>?
+            runners: ...``.
+    """
+    from kedro.utils import load_obj
+
+    from hed.errors import ConfigError, one_line
+
+    if not runner:
+        return
+    try:
+        load_obj(runner, "kedro.runner")
+    except (AttributeError, ImportError, ValueError) as exc:
+        runners = known_runners()
+        near = difflib.get_close_matches(runner, runners, n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise ConfigError(
+            f"--runner {runner}: no such runner ({one_line(exc)}); {hint}runners: "
+            f"{', '.join(runners)}"
+        ) from None
+
+
+run = copy.copy(kedro_run)
+run.callback = _report_interruption(kedro_run.callback)
+cli.add_command(run)
 
 
 @cli.group()

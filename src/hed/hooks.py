@@ -20,13 +20,15 @@ from kedro.framework.project import settings
 from kedro.io.core import VERSION_FORMAT
 
 from hed.config import layout, params
+from hed.config.catalog_keys import check_catalog_keys
 from hed.config.preflight import check_reused_shards, hand_to_nodes, parsed_sections
 from hed.errors import ConfigError
 from hed.io import run_lock
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 from hed.pass1.credentials import export_wandb_api_key
 from hed.records.object_store import make_dataset_writes_atomic
-from hed.runners.resume import resume_command, resume_nodes
+from hed.runners.executor import RunInterruptedError
+from hed.runners.resume import interrupted_error, resume_command, resume_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ class ProjectHooks:
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
-        """Check the environment exists and no parameter key is unknown (before
+        """Check the environment exists and no parameter or catalog key is unknown (before
         :class:`hed.layout_hooks.LayoutHooks` hands the parameters to the layout); keep the
         session's data root for the run lock.
 
@@ -79,6 +81,7 @@ class ProjectHooks:
                 key, conf_source, context.env, context.config_loader.runtime_params
             ),
         )
+        check_catalog_keys(context.config_loader["catalog"], conf_source, context.env)
         self._data_root = session_data_root(context)
         self._conf = (conf_source, Path(context.project_path))
         export_wandb_api_key(_credentials(context))
@@ -140,19 +143,9 @@ def check_env_exists(context: KedroContext) -> None:
     Raises:
         ConfigError: one line: the unknown name, the nearest valid one and every valid one.
     """
-    import difflib
-
-    env = context.env
-    conf = context.project_path / settings.CONF_SOURCE
-    if not env or (conf / env).is_dir():
-        return
-    valid = sorted(p.name for p in conf.iterdir() if p.is_dir() and not p.name.startswith("."))
-    near = difflib.get_close_matches(env, valid, n=1, cutoff=0.5)
-    hint = f"did you mean --env {near[0]}? " if near else ""
-    raise ConfigError(
-        f"--env {env}: there is no {settings.CONF_SOURCE}/{env} folder; {hint}environments: "
-        f"{', '.join(valid)} (create conf/{env}/ for a new study)"
-    )
+    message = layout.unknown_env(context.project_path / settings.CONF_SOURCE, context.env)
+    if message:
+        raise ConfigError(message)
 
 
 #: Outputs whose file the end of a run names in the log (the figures and what they are drawn from).
@@ -387,14 +380,25 @@ class ResumeHooks:
 
     def __init__(self) -> None:
         self._completed: set[str] = set()
+        self._running: tuple[Any, Any] | None = None  # (pipeline, catalog) while a run lasts
 
     @hook_impl
-    def before_pipeline_run(self) -> None:
+    def before_pipeline_run(self, pipeline: Any, catalog: Any) -> None:
         self._completed = set()
+        self._running = (pipeline, catalog)
 
     @hook_impl
     def after_node_run(self, node: Any) -> None:
         self._completed.add(node.name)
+
+    @hook_impl
+    def after_pipeline_run(self) -> None:
+        self._running = None
+
+    def interruption(self) -> RunInterruptedError:
+        """What ``kedro run`` shows for a Ctrl-C that the runner did not word itself
+        (:func:`hed.runners.resume.interrupted_error`)."""
+        return interrupted_error(*(self._running or (None, None)), self._completed)
 
     @hook_impl
     def on_pipeline_error(self, error: Exception, pipeline: Any, catalog: Any) -> None:

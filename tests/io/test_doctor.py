@@ -238,6 +238,7 @@ def test_this_machine(tmp_path):
 
 def test_exit_status_is_1_with_any_failure(monkeypatch, capsys, tmp_path):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "conf" / "qae").mkdir(parents=True)
     monkeypatch.setenv("KEDRO_ENV", "")  # main sets it from --env; restored after the test
     monkeypatch.setattr(doctor, "gather_facts", lambda *a: replace(GPU_NODE, free_bytes=GIB))
     monkeypatch.setattr(doctor, "_environment_needs", lambda *a: ("vllm", False))
@@ -264,6 +265,7 @@ def test_kedro_hed_doctor_is_the_same_check(monkeypatch, tmp_path):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KEDRO_ENV", "")
+    (tmp_path / "conf" / "qae").mkdir(parents=True)
     help_text = CliRunner().invoke(cli, ["hed", "doctor", "--help"]).output
     assert "--ray-address RAY_ADDRESS" in help_text
     monkeypatch.setattr(doctor, "gather_facts", lambda *a: GPU_NODE)
@@ -271,3 +273,58 @@ def test_kedro_hed_doctor_is_the_same_check(monkeypatch, tmp_path):
     result = CliRunner().invoke(cli, ["hed", "doctor", "--env", "qae"])
     assert result.exit_code == 0
     assert result.output.splitlines()[1:3] == ["✓ Python 3.11.9", "✓ torch 2.13.0 (CUDA 13.0)"]
+
+
+def test_an_unknown_env_is_one_failing_line_as_kedro_run_refuses_it(monkeypatch, capsys, tmp_path):
+    from types import SimpleNamespace
+
+    from hed.errors import ConfigError
+    from hed.hooks import check_env_exists
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KEDRO_ENV", "")
+    for env in ("base", "local", "s1"):
+        (tmp_path / "conf" / env).mkdir(parents=True)
+    gathered = []
+    monkeypatch.setattr(doctor, "gather_facts", lambda *a: gathered.append(a) or GPU_NODE)
+    assert doctor.main(["--env", "s9"]) == 1
+    refusal = (
+        "--env s9: there is no conf/s9 folder; did you mean --env s1? environments: base, "
+        "local, s1 (create conf/s9/ for a new study)"
+    )
+    assert capsys.readouterr().out == (f"HED environment check (environment s9):\n✗ {refusal}\n")
+    assert gathered == []  # nothing judged against base's data root
+    with pytest.raises(ConfigError) as refused:  # what `kedro run --env s9` says
+        check_env_exists(SimpleNamespace(env="s9", project_path=tmp_path))
+    assert str(refused.value) == refusal
+    assert doctor.main(["--env", "s1"]) == 0
+
+
+def test_an_unwritable_data_root_fails_its_line(read_only_folder, monkeypatch, capsys, tmp_path):
+    from hed.io.run_lock import unwritable
+
+    root = tmp_path / "data" / "ro"
+    reason = read_only_folder(root)
+    assert unwritable(str(root)) == reason
+    assert unwritable(str(root / "not" / "made")) == reason  # where a run would create it
+    assert unwritable(str(tmp_path / "data" / "s1")) is None
+    assert unwritable("s3://bucket/hed") is None
+    assert sorted(p.name for p in root.iterdir()) == []  # the probe leaves nothing
+    line = check(replace(GPU_NODE, data_root="data/ro", root_error="Read-only file system"))[6]
+    assert str(line) == (
+        "✗ data root data/ro is not writable (Read-only file system) — fix: make it writable "
+        "or set data_root in conf/<env>/globals.yml to another folder"
+    )
+    # the real check: `python -m hed doctor --env ro` with conf/ro's data root on the mount
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KEDRO_ENV", "")
+    (tmp_path / "conf" / "base").mkdir(parents=True)
+    (tmp_path / "conf" / "ro").mkdir()
+    (tmp_path / "conf" / "ro" / "globals.yml").write_text("data_root: data/ro\n")
+    monkeypatch.setattr(doctor, "_environment_needs", lambda *a: ("hf", False))
+    assert doctor.main(["--env", "ro"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[7] == (
+        f"✗ data root data/ro is not writable ({reason}) — fix: make it writable or set "
+        "data_root in conf/<env>/globals.yml to another folder"
+    )

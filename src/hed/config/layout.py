@@ -306,6 +306,23 @@ def data_root() -> str:
     return str(root)
 
 
+def unknown_env(conf: Path, env: str | None) -> str | None:
+    """``kedro run``'s one-line refusal of ``--env <env>`` when ``conf/<env>`` does not exist
+    (the nearest and every valid name); None when it exists or no environment is named."""
+    import difflib
+
+    if not env or (conf / env).is_dir():
+        return None
+    folders = conf.iterdir() if conf.is_dir() else ()
+    valid = sorted(p.name for p in folders if p.is_dir() and not p.name.startswith("."))
+    near = difflib.get_close_matches(env, valid, n=1, cutoff=0.5)
+    hint = f"did you mean --env {near[0]}? " if near else ""
+    return (
+        f"--env {env}: there is no {conf.name}/{env} folder; {hint}environments: "
+        f"{', '.join(valid)} (create conf/{env}/ for a new study)"
+    )
+
+
 def active_layout() -> StudyLayout:
     """Return the layout of the active session, or of ``conf/`` for ``KEDRO_ENV``."""
     return layout_from_params(active_params())

@@ -19,11 +19,17 @@ other configuration type (catalog, globals, credentials) loads as in Kedro.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from kedro.config import MissingConfigException, OmegaConfigLoader
 from omegaconf import DictConfig, OmegaConf
+from yaml import MarkedYAMLError
+
+from hed.errors import ConfigError
 
 #: Dotted paths (``*`` = any one name) of parameter mappings whose keys are names the user
 #: chooses (runs, lexicon categories): an environment that sets one replaces base's mapping
@@ -84,6 +90,22 @@ class HEDConfigLoader(OmegaConfigLoader):
     are Kedro's.
     """
 
+    def _read_dir_configs(
+        self,
+        conf_path: str,
+        patterns: Iterable[str],
+        key: str,
+        processed_files: set,
+        read_environment_variables: bool | None = False,
+    ) -> dict[Path, DictConfig]:
+        """Kedro's, with a YAML syntax error as one line (:func:`yaml_error`)."""
+        try:
+            return super()._read_dir_configs(
+                conf_path, patterns, key, processed_files, read_environment_variables
+            )
+        except MarkedYAMLError as exc:
+            raise yaml_error(exc) from exc
+
     def _resolve_from_raw_config(  # noqa: PLR0917 - Kedro's signature
         self,
         key: str,
@@ -118,3 +140,28 @@ def _unsafe_merge(configs: Any) -> dict[str, Any]:
     if not configs:
         return {}
     return OmegaConf.to_container(OmegaConf.unsafe_merge(*configs), resolve=False)
+
+
+#: Kedro's wording of a YAML syntax error in a configuration file (it names the file).
+_KEDRO_YAML_ERROR = re.compile(r"Invalid YAML or JSON file (?P<path>.+?), unable to read line")
+
+
+def yaml_error(exc: MarkedYAMLError) -> ConfigError:
+    """The one-line ``ConfigError`` for a YAML syntax error in a ``conf/<env>/*.yml`` file.
+
+    Kedro's ``OmegaConfigLoader`` re-raises PyYAML's ``ParserError``/``ScannerError`` with the
+    file's path and the 0-based line and column of the original's ``problem_mark``; this
+    names the file (relative to the working directory when under it), the 1-based line and
+    column as an editor shows them, and PyYAML's own problem, e.g. ``conf/s1/parameters.yml
+    line 3, column 1: not valid YAML (expected <block end>, but found '<block mapping
+    start>'); fix the YAML there``.
+    """
+    original = exc.__cause__ if isinstance(exc.__cause__, MarkedYAMLError) else exc
+    found = _KEDRO_YAML_ERROR.search(str(exc))
+    path = found["path"] if found else "a configuration file"
+    if found and os.path.isabs(path) and Path(path).is_relative_to(Path.cwd()):
+        path = Path(path).relative_to(Path.cwd()).as_posix()
+    mark = original.problem_mark
+    where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = " ".join(str(original.problem or original.context or "syntax error").split())
+    return ConfigError(f"{path}{where}: not valid YAML ({problem}); fix the YAML there")

@@ -54,7 +54,8 @@ class Facts:
 
     ``torch_version``/``vllm_version`` are None when the package is not installed; the
     ``*_error`` fields hold the one-line import error of an installed but broken package.
-    ``free_bytes`` is None for an object-store data root (``s3://``, ``gs://``).
+    ``free_bytes`` is None for an object-store data root (``s3://``, ``gs://``);
+    ``root_error`` says why a file cannot be created there (None: it can).
     """
 
     python: tuple[int, int, int]
@@ -69,6 +70,7 @@ class Facts:
     cpu_bf16: bool = False  # native bfloat16 (AVX512-BF16/AMX) that torch uses
     data_root: str = "data"
     free_bytes: int | None = None
+    root_error: str | None = None
     wandb_key_source: str | None = None  # where the key was found; never the key
     ray_address: str | None = None
     ray_error: str | None = None  # None: reachable (or not configured)
@@ -233,6 +235,12 @@ def _bf16(facts: Facts) -> Line:
 
 
 def _space(facts: Facts) -> Line:
+    if facts.root_error:
+        return Line(
+            BAD,
+            f"data root {facts.data_root} is not writable ({facts.root_error})",
+            "make it writable or set data_root in conf/<env>/globals.yml to another folder",
+        )
     if facts.free_bytes is None:
         return Line(NA, f"data root {facts.data_root}: object storage, free space not checked")
     free = f"{facts.free_bytes / GIB:.1f} GiB free at data root {facts.data_root}"
@@ -414,12 +422,14 @@ def ray_reachable(address: str, timeout_s: float = 5.0) -> str | None:
 def gather_facts(conf: Path, env: str | None, ray_address: str | None) -> Facts:
     """Read this machine's facts for environment ``env`` of the configuration folder ``conf``."""
     from hed.config.layout import data_root
+    from hed.io.run_lock import unwritable
 
     root = data_root()
     facts = Facts(
         python=tuple(sys.version_info[:3]),
         data_root=root,  # type: ignore[arg-type]
         free_bytes=free_bytes(root),
+        root_error=unwritable(root),
         wandb_key_source=wandb_key_source(conf, env),
         ray_address=ray_address,
     )
@@ -465,6 +475,12 @@ def main(argv: Sequence[str] = ()) -> int:
     if args.env:
         os.environ["KEDRO_ENV"] = args.env
     conf = Path(os.environ.get("HED_CONF_SOURCE", "conf"))
+    from hed.config.layout import unknown_env
+
+    unknown = unknown_env(conf, args.env)
+    if unknown:
+        print(f"HED environment check (environment {args.env}):\n{BAD} {unknown}")
+        return 1
     backend, needs_wandb = _environment_needs(conf, args.env)
     lines = check(gather_facts(conf, args.env, args.ray_address), backend, needs_wandb)
     print(f"HED environment check (environment {args.env or 'base'}):")

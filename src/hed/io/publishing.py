@@ -157,7 +157,7 @@ def ensure_lfs_rule(folder: Path) -> bool:
     ):
         return False
     prefix = text if not text or text.endswith("\n") else text + "\n"
-    with atomic_path(path, mode=0o644) as temp:
+    with atomic_path(path) as temp:
         temp.write_text(f"{prefix}{LFS_PNG_RULE}\n", encoding="utf-8")
     return True
 

@@ -18,6 +18,7 @@ two environments sharing a root would overwrite each other's latest figures. So:
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import logging
 import os
@@ -25,11 +26,12 @@ import re
 import shlex
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from hed.errors import ConfigError, HEDError
+from hed.errors import ConfigError, HEDError, OutputWriteError
 
 logger = logging.getLogger(__name__)
 
@@ -84,9 +86,9 @@ def acquire(data_root: str | Path, env: str) -> Path:
     Raises:
         RunLockedError: a live run (this host) or a run on another host holds the lock; the
             message names it, and the file to delete if that run is gone.
+        OutputWriteError: the data root cannot be written (:func:`unwritable_root`).
     """
     root = local_folder(data_root)
-    root.mkdir(parents=True, exist_ok=True)
     path = root / LOCK_NAME
     me = {
         "pid": os.getpid(),
@@ -97,6 +99,7 @@ def acquire(data_root: str | Path, env: str) -> Path:
     }
     for _ in range(3):
         try:
+            root.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             holder = _read(path)
@@ -113,6 +116,8 @@ def acquire(data_root: str | Path, env: str) -> Path:
                 f"give this environment its own data_root (conf/<env>/globals.yml); if that "
                 f"run is gone, delete {path}"
             ) from None
+        except OSError as exc:
+            raise unwritable_root(root, env, path, exc) from None
         with os.fdopen(fd, "w") as file:
             json.dump(me, file)
         atexit.register(release, root)
@@ -190,14 +195,18 @@ def claim_root(data_root: str | Path, env: str) -> None:
     Raises:
         ConfigError: ``<data_root>`` was written by environment ``<other>``; names the
             ``globals.yml`` to edit.
+        OutputWriteError: the data root cannot be written (:func:`unwritable_root`).
     """
     root = local_folder(data_root)
     owner_file = root / OWNER_NAME
     try:
         owner = owner_file.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
-        root.mkdir(parents=True, exist_ok=True)
-        owner_file.write_text(env + "\n", encoding="utf-8")
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            owner_file.write_text(env + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise unwritable_root(root, env, owner_file, exc) from None
         return
     if owner and owner != env:
         raise ConfigError(
@@ -205,3 +214,35 @@ def claim_root(data_root: str | Path, env: str) -> None:
             f"environment {env}: set `data_root: data/{env}` in conf/{env}/globals.yml so the "
             f"two do not read and overwrite each other's data"
         )
+
+
+def unwritable(data_root: str | Path) -> str | None:
+    """Why no file can be created in ``data_root`` (or its nearest existing parent, where a
+    run would create it), e.g. ``Read-only file system``; None when one can (an unnamed file,
+    gone when closed) and for an object-store root (``hed doctor``'s data-root line)."""
+    if "://" in str(data_root) and not str(data_root).startswith("file://"):
+        return None
+    path = Path(str(data_root).removeprefix("file://")).absolute()
+    while not path.exists():
+        path = path.parent
+    try:
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
+
+
+def unwritable_root(root: Path, env: str, path: Path, exc: OSError) -> OutputWriteError:
+    """The one-line error for a data root whose marker or lock file ``path`` cannot be written
+    (a read-only mount, a folder of another user, a full disk), raised before the first node.
+
+    Names the data root, the reason and the fixes: make the folder writable (free space when
+    the disk is full) or point ``data_root`` at another folder.
+    """
+    reason = exc.strerror or type(exc).__name__
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return OutputWriteError(
+        f"data root {root} is not writable (cannot create {path.name}: {reason}): "
+        f"{'free disk space there' if full else 'make it writable'} or set data_root in "
+        f"conf/{env}/globals.yml to another folder"
+    )

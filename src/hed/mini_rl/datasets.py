@@ -41,5 +41,5 @@ class TaskSetDataset(PromptFileDataset):
         return super().load()
 
     def save(self, data: pd.DataFrame) -> None:  # type: ignore[override]
-        with atomic_path(self._filepath, mode=0o644) as temp:
+        with atomic_path(self._filepath) as temp:
             data[TASK_COLUMNS].to_json(temp, orient="records", lines=True, force_ascii=False)

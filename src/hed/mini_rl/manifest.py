@@ -53,7 +53,7 @@ def read_manifest(checkpoint_root: str | os.PathLike) -> dict[str, Any] | None:
 def write_manifest(checkpoint_root: str | os.PathLike, manifest: dict[str, Any]) -> Path:
     """Write the run manifest atomically (temporary file, then rename)."""
     path = manifest_path(checkpoint_root)
-    with atomic_path(path, mode=0o644) as temp:
+    with atomic_path(path) as temp:
         temp.write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
     return path
 

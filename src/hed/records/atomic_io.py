@@ -35,6 +35,7 @@ import glob
 import io
 import os
 import re
+import secrets
 import shutil
 import socket
 import tempfile
@@ -65,8 +66,8 @@ def write_error(path: str | os.PathLike, exc: OSError) -> OutputWriteError:
 
     The message names ``path``, the reason and the remedy: a file standing where a folder of
     the path should be is named as such (``mkdir`` reports it as "File exists" or "Not a
-    directory"); a full disk asks to free space; anything else (permissions, read-only
-    filesystem) asks to fix the folder.
+    directory"); the remedy follows the errno (:func:`write_remedy`): free space only for a
+    full disk or quota, never for a read-only file system or a permission error.
     """
     blocker = _blocking_file(path)
     if blocker is not None:
@@ -75,15 +76,23 @@ def write_error(path: str | os.PathLike, exc: OSError) -> OutputWriteError:
             "the output path"
         )
     reason = exc.strerror or one_line(exc, limit=None)
-    if exc.errno == errno.ENOSPC:
-        return OutputWriteError(f"cannot write {path}: {reason}; free disk space and rerun")
-    return OutputWriteError(
-        f"cannot write {path}: {reason}; free disk space or fix the folder's permissions"
-    )
+    return OutputWriteError(f"cannot write {path}: {reason}; {write_remedy(exc)}")
+
+
+def write_remedy(exc: OSError) -> str:
+    """What to do about ``exc`` (a failed write), by its errno: free space for a full disk or
+    quota, a writable folder for a read-only file system or missing permissions."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "free disk space and rerun"
+    if exc.errno == errno.EROFS:
+        return "the file system is mounted read-only: remount it writable or change the path"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "fix the folder's permissions or change the path"
+    return "check the folder (permissions, disk space) and rerun"
 
 
 def temporary_prefix(target: str | os.PathLike) -> str:
-    """``mkstemp`` prefix of a temporary file for ``target``: ``.<name>.<host>-<pid>.``."""
+    """Name prefix of a temporary file for ``target``: ``.<name>.<host>-<pid>.``."""
     return f".{Path(target).name}.{_host()}-{os.getpid()}."
 
 
@@ -137,20 +146,28 @@ def new_temporary(target: str | os.PathLike) -> str:
     """Create an empty temporary file for ``target`` in its folder and return its path.
 
     Stale temporaries of ``target`` (:func:`remove_stale_temporaries`) go first; the name is
-    ``.<name>.<host>-<pid>.<random>.tmp`` (:func:`temporary_prefix`).
+    ``.<name>.<host>-<pid>.<random>.tmp`` (:func:`temporary_prefix`). The file gets the mode a
+    plain ``open(target, "w")`` would give it (``0o666 & ~umask``, or the folder's default
+    ACL), not ``mkstemp``'s 0600: it is created with ``os.open(..., 0o666)`` and the kernel
+    applies the umask, so the process-wide umask is never read or changed (``os.umask`` can
+    only be read by setting it, which would race with other threads creating files).
 
     Raises:
         OutputWriteError: the folder cannot be written (names ``target``).
     """
     remove_stale_temporaries(target)
-    try:
-        fd, temp = tempfile.mkstemp(
-            prefix=temporary_prefix(target), suffix=".tmp", dir=os.path.dirname(target) or "."
-        )
-    except OSError as exc:
-        raise write_error(target, exc) from None
-    os.close(fd)
-    return temp
+    folder = os.path.dirname(target) or "."
+    for _ in range(100):
+        temp = os.path.join(folder, f"{temporary_prefix(target)}{secrets.token_hex(6)}.tmp")
+        try:
+            # 0o666 as open() asks: the kernel applies the umask (and a folder's default ACL)
+            os.close(os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o666))
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise write_error(target, exc) from None
+        return temp
+    raise write_error(target, FileExistsError(errno.EEXIST, "no free temporary file name"))
 
 
 def commit_temporary(temp: str | os.PathLike, target: str | os.PathLike) -> None:
@@ -179,7 +196,8 @@ def atomic_path(target: str | os.PathLike, *, mode: int | None = None) -> Iterat
 
     Args:
         target: the file to write.
-        mode: permission bits for the file (``0o644``); ``None`` keeps ``mkstemp``'s 0600.
+        mode: permission bits for the file (``0o644``); ``None`` (the default) gives what
+            ``open()`` gives: ``0o666 & ~umask`` (:func:`new_temporary`).
 
     Raises:
         OutputWriteError: the folder cannot be created or written, or the rename failed.
@@ -208,7 +226,9 @@ def atomic_folder(target: str | os.PathLike, *, mode: int = 0o755) -> Iterator[P
     """A temporary folder to fill; it replaces ``target`` only if the block succeeds.
 
     The folder (``.<name>.<random>`` next to ``target``, so the rename stays on one
-    filesystem) gets ``mode`` (``mkdtemp`` creates ``0700``) and is renamed onto ``target``
+    filesystem) gets ``mode`` (``mkdtemp`` creates ``0700``), each file in it the mode a plain
+    ``open()`` gives (a library may write 0600 files: safetensors' weights), and it is renamed
+    onto ``target``
     (an existing ``target`` is removed first); on any exception it is removed and ``target``
     is left as it was. Used for model folders, which must never look complete half-written.
 
@@ -220,6 +240,10 @@ def atomic_folder(target: str | os.PathLike, *, mode: int = 0o755) -> Iterator[P
     temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         yield temp
+        file_mode = _open_mode(temp)
+        for path in temp.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                os.chmod(path, file_mode)
         os.chmod(temp, mode)
         if target.exists():
             shutil.rmtree(target)
@@ -227,6 +251,18 @@ def atomic_folder(target: str | os.PathLike, *, mode: int = 0o755) -> Iterator[P
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
+
+
+def _open_mode(folder: Path) -> int:
+    """The permission bits ``open()`` gives a new file in ``folder`` (``0o666 & ~umask``, or
+    the folder's default ACL), read from a probe file rather than from ``os.umask``."""
+    probe = folder / f".hed-mode-probe.{secrets.token_hex(6)}"
+    fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o666)
+    try:
+        return os.fstat(fd).st_mode & 0o777
+    finally:
+        os.close(fd)
+        probe.unlink()
 
 
 def owned_temporary_folder(prefix: str, parent: str | os.PathLike | None = None) -> Path:

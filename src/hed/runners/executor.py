@@ -84,8 +84,9 @@ class FailedNodesError(NodeFailuresError):
 class RunInterruptedError(HEDError, KeyboardInterrupt):
     """The run was interrupted (Ctrl-C); the message names the command that resumes it.
 
-    A ``KeyboardInterrupt`` still (the exit status stays an interruption's), and a HED error,
-    so the command line shows its one line, not a traceback.
+    A ``KeyboardInterrupt`` still (code that stops on Ctrl-C stops on it), and a HED error:
+    ``kedro run`` (:mod:`hed.cli`) shows its one line and exits with status 130, where click
+    would print ``Aborted!``.
     """
 
 

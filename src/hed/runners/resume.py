@@ -21,6 +21,7 @@ from typing import Any
 import click
 from kedro.io.core import DatasetError
 
+from hed.runners.executor import RunInterruptedError
 from hed.runners.slots import dispatch_key
 
 
@@ -107,6 +108,31 @@ def resume_command(start_nodes: Sequence[str], fallback: Sequence[str] = ("run",
         elif arg != "--only-missing-outputs":
             args.append(arg)
     return shlex.join(["kedro", *args, *from_nodes])
+
+
+def interrupted_error(pipeline: Any, catalog: Any, completed: set[str]) -> RunInterruptedError:
+    """The ``RunInterruptedError`` for a Ctrl-C under a runner that does not word one (Kedro's
+    ``SequentialRunner``, ``ThreadRunner``: a plain ``KeyboardInterrupt``).
+
+    Args:
+        pipeline: the run's pipeline, or None when the Ctrl-C came before it started.
+        catalog: the run's catalog (None with ``pipeline``).
+        completed: names of the nodes that ran to the end.
+
+    Returns:
+        ``interrupted (Ctrl-C): <k> of <n> node(s) completed and kept their outputs; resume
+        with: <command>`` (:func:`resume_command` at :func:`resume_nodes` of the unfinished
+        nodes), or ``interrupted (Ctrl-C) before any node ran; rerun the command``.
+    """
+    if pipeline is None:
+        return RunInterruptedError("interrupted (Ctrl-C) before any node ran; rerun the command")
+    unfinished = [node.name for node in pipeline.nodes if node.name not in completed]
+    starts = resume_nodes(pipeline, unfinished, catalog)
+    return RunInterruptedError(
+        f"interrupted (Ctrl-C): {len(pipeline.nodes) - len(unfinished)} of "
+        f"{len(pipeline.nodes)} node(s) completed and kept their outputs; resume with: "
+        f"{resume_command(starts)}"
+    )
 
 
 #: Options of a ``kedro run`` that a resume command must not repeat (they select other nodes).

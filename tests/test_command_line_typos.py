@@ -1,0 +1,62 @@
+"""A misspelt catalog key or ``--runner`` ends a real ``kedro run`` in one line naming the
+file or option and the nearest valid name (were Kedro tracebacks of 74 and 32 lines)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from .project_copy import copy_project, run_kedro_cli
+
+SUFFIX = " [HED_TRACEBACK=1 shows the traceback]"
+RUNNERS = (
+    "runners: hed.runners.GPURunner, hed.runners.RayRunner, SequentialRunner, ParallelRunner, "
+    "ThreadRunner"
+)
+
+
+@pytest.fixture
+def project(tmp_path, smollm2_dir):
+    project = copy_project(tmp_path / "project", smollm2_dir)
+    (project / "conf/local").mkdir(exist_ok=True)
+    return project
+
+
+def last_line(project, *args: str) -> str:
+    result = run_kedro_cli(project, "run", *args, check=False, env={"HED_TRACEBACK": ""})
+    assert result.returncode != 0
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (project / "data/02_intermediate").exists()  # refused before any node
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_a_misspelt_catalog_key_names_the_file_and_the_nearest_key(project):
+    # an environment's own entry, as a study's conf/<study>/catalog.yml sets raw_prompts
+    entry = {
+        "type": "hed.io.datasets.PromptFileDataset",
+        "filepth": "data/01_raw/prompts/demo_math.jsonl",
+    }
+    (project / "conf/local/catalog.yml").write_text(yaml.safe_dump({"raw_prompts": entry}))
+    assert last_line(project, "--pipelines", "generation") == (
+        "ConfigError: unknown key raw_prompts.filepth (set in conf/local/catalog.yml): did you "
+        "mean raw_prompts.filepath? PromptFileDataset does not take it; fix the key there" + SUFFIX
+    )
+
+
+@pytest.mark.parametrize(
+    ("runner", "line"),
+    [
+        (
+            "hed.runners.GPURunnr",
+            "ConfigError: --runner hed.runners.GPURunnr: no such runner (module 'hed.runners' "
+            "has no attribute 'GPURunnr'); did you mean hed.runners.GPURunner? " + RUNNERS,
+        ),
+        (
+            "SequentalRunner",
+            "ConfigError: --runner SequentalRunner: no such runner (module 'kedro.runner' has "
+            "no attribute 'SequentalRunner'); did you mean SequentialRunner? " + RUNNERS,
+        ),
+    ],
+)
+def test_a_misspelt_runner_names_the_closest_runner(project, runner, line):
+    assert last_line(project, "--pipelines", "generation", "--runner", runner) == line + SUFFIX

@@ -22,11 +22,8 @@ from kedro.io.core import VERSION_FORMAT
 from hed.config import layout, params
 from hed.config.catalog_keys import check_catalog_keys
 from hed.config.preflight import check_reused_shards, hand_to_nodes, parsed_sections
-from hed.core.command_line import update_command
 from hed.errors import ConfigError
 from hed.io import run_lock
-from hed.io.freshness import Freshness
-from hed.io.missing_inputs import check_inputs_exist, pipelines_to_update, project_pipelines
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 from hed.pass1.credentials import export_wandb_api_key
 from hed.records.object_store import make_dataset_writes_atomic
@@ -418,79 +415,3 @@ class ResumeHooks:
                 len(unfinished),
                 resume_command(starts),
             )
-
-
-class FreshnessHooks:
-    """``computed_from``: record what each saved dataset was computed from, and refuse a run
-    that would read a stale one (:mod:`hed.io.freshness`).
-
-    Registered last in ``settings.HOOKS`` so that its ``before_pipeline_run`` runs first
-    (pluggy calls the last registered first): a refusal comes before the run lock is taken.
-    ``gpu`` nodes (shards, with their own metadata) are not recorded.
-    """
-
-    def __init__(self) -> None:
-        self._fresh: Freshness | None = None
-        self._catalog: Any = None
-        self._parameters: dict[str, Any] = {}
-        self._context: KedroContext | None = None
-
-    @hook_impl
-    def after_context_created(self, context: KedroContext) -> None:
-        self._context = context
-
-    @hook_impl
-    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
-        """Refuse when a dataset the pipeline reads was never written (:mod:`hed.io.missing_inputs`)
-        or is stale (:meth:`Freshness.check`)."""
-        check_inputs_exist(pipeline, catalog, run_params)
-        root = session_data_root(self._context) if self._context is not None else layout.data_root()
-        self._fresh = Freshness(root)
-        self._catalog = catalog
-        self._parameters = catalog.load("parameters")
-        asked = run_params.get("pipeline_names") or []
-
-        def command(dataset: str, changed: list[str]) -> str:
-            built = project_pipelines(self._parameters)
-            fix = pipelines_to_update(dataset, changed, built, self._parameters)
-            # a bad value in what the fix would run is refused as such, not as stale
-            parsed_sections(sum((built[n] for n in fix), pipeline), catalog, root)
-            env, runtime = run_params.get("env"), run_params.get("runtime_params")
-            return update_command(fix, asked, env, runtime)
-
-        self._fresh.check(
-            pipeline.inputs(), self._parameters, command, lambda name: load_version(catalog, name)
-        )
-
-    @hook_impl
-    def after_node_run(self, node: Any) -> None:
-        if self._fresh is not None and "gpu" not in node.tags:
-            self._fresh.node_ran(node, self._parameters)
-
-    @hook_impl
-    def after_dataset_saved(self, dataset_name: str, node: Any) -> None:
-        if self._fresh is not None and "gpu" not in node.tags:
-            self._fresh.saved(dataset_name, save_version(self._catalog, dataset_name))
-
-
-def save_version(catalog: Any, name: str) -> str | None:
-    """The version ``name`` is saved under in this run (None: unversioned or unknown)."""
-    dataset = _versioned(catalog, name)
-    return None if dataset is None else dataset.resolve_save_version()
-
-
-def load_version(catalog: Any, name: str) -> str | None:
-    """The version of ``name`` this run would load (None: unversioned, none, or unknown)."""
-    dataset = _versioned(catalog, name)
-    try:
-        return None if dataset is None else dataset.resolve_load_version()
-    except Exception:  # no version yet: the missing-input check words that
-        return None
-
-
-def _versioned(catalog: Any, name: str) -> Any:
-    try:
-        dataset = catalog.get(name) if catalog is not None else None
-    except Exception:
-        return None
-    return dataset if getattr(dataset, "_version", None) is not None else None

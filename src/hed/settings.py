@@ -4,9 +4,9 @@ import warnings
 
 from hed.config.loader import HEDConfigLoader
 from hed.errors import install_short_tracebacks
+from hed.freshness_hooks import FreshnessHooks
 from hed.hooks import (
     AtomicWritesHooks,
-    FreshnessHooks,
     ProjectHooks,
     ProvenanceHooks,
     ResumeHooks,

@@ -217,6 +217,38 @@ def test_the_fix_recomputes_everything_downstream(reported):
     assert "rescoring" in with_rescoring and "publish" not in with_rescoring
 
 
+def test_a_notebooks_catalog_warns_when_it_loads_a_stale_table(reported, caplog):
+    """``catalog.load`` outside a run (a notebook): the data, and the refusal a run would give
+    as a warning; nothing when current."""
+    import contextlib
+
+    from kedro.framework.project import configure_project, pipelines
+    from kedro.framework.session import KedroSession
+
+    configure_project("hed")
+    pipelines.configure("hed.pipeline_registry")
+
+    def load(params: dict) -> list[str]:
+        caplog.clear()
+        with (
+            contextlib.chdir(reported),
+            KedroSession.create(project_path=reported, runtime_params=params) as session,
+            caplog.at_level("WARNING", logger="hed.freshness_hooks"),
+        ):
+            table = session.load_context().catalog.load("summary_by_step")
+        assert len(table) > 0
+        return [r.getMessage() for r in caplog.records]
+
+    assert load({}) == []
+    (warning,) = load({"aggregation": {"top_entropy_frac": 0.1}})
+    assert warning.startswith(
+        "summary_by_step is stale: it was computed before a change: "
+        "aggregation.top_entropy_frac was 0.2 then, is 0.1 now; bring it up to date with "
+        "`kedro run --pipelines aggregation,"
+    ), warning
+    assert warning.endswith("(loaded all the same: this is an earlier result)")
+
+
 def test_an_older_version_loaded_is_checked_by_its_own_record(reported):
     """End to end, last in this module (it recomputes the tables at ρ = 0.1): reporting at
     ρ = 0.1 pinned to the ρ = 0.2 tables, or after the ρ = 0.1 ones are deleted, is refused."""

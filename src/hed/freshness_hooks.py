@@ -1,0 +1,137 @@
+"""``FreshnessHooks``: what each saved dataset was computed from, the refusal of a run that
+would read a stale one, and a warning when a notebook's catalog loads a stale one
+(:mod:`hed.io.freshness`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kedro.framework.context import KedroContext
+from kedro.framework.hooks import hook_impl
+
+from hed.config import layout
+from hed.config.preflight import parsed_sections
+from hed.core.command_line import update_command
+from hed.hooks import session_data_root
+from hed.io.freshness import Freshness, StaleInputError
+from hed.io.missing_inputs import check_inputs_exist, pipelines_to_update, project_pipelines
+
+logger = logging.getLogger(__name__)
+
+
+class FreshnessHooks:
+    """``computed_from``: record what each saved dataset was computed from, and refuse a run
+    that would read a stale one (:mod:`hed.io.freshness`).
+
+    Registered last in ``settings.HOOKS`` so that its ``before_pipeline_run`` runs first
+    (pluggy calls the last registered first): a refusal comes before the run lock is taken.
+    ``gpu`` nodes (shards, with their own metadata) are not recorded.
+    """
+
+    def __init__(self) -> None:
+        self._fresh: Freshness | None = None
+        self._catalog: Any = None
+        self._parameters: dict[str, Any] = {}
+        self._context: KedroContext | None = None
+
+    @hook_impl
+    def after_context_created(self, context: KedroContext) -> None:
+        self._context = context
+
+    @hook_impl
+    def after_catalog_created(self, catalog: Any, parameters: dict[str, Any]) -> None:
+        """A catalog outside a run (a notebook's ``catalog``) warns when it loads a stale
+        dataset (:func:`warn_on_stale_loads`); a run's catalog is unwrapped before its run."""
+        root = session_data_root(self._context) if self._context is not None else None
+        if root is not None:
+            env = self._context.env if self._context is not None else None
+            run_parameters = (parameters or {}).get("parameters") or {}  # Kedro's feed dict
+            warn_on_stale_loads(catalog, Freshness(root), run_parameters, env)
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        """Refuse when a dataset the pipeline reads was never written (:mod:`hed.io.missing_inputs`)
+        or is stale (:meth:`Freshness.check`): the command brings it and everything computed
+        from it up to date (:func:`~hed.io.missing_inputs.pipelines_to_update`)."""
+        catalog.__dict__.pop("load", None)  # a run checks before its first node, below
+        check_inputs_exist(pipeline, catalog, run_params)
+        root = session_data_root(self._context) if self._context is not None else layout.data_root()
+        self._fresh = Freshness(root)
+        self._catalog = catalog
+        self._parameters = catalog.load("parameters")
+        asked = run_params.get("pipeline_names") or []
+
+        def command(dataset: str, changed: list[str]) -> str:
+            built = project_pipelines(self._parameters)
+            fix = pipelines_to_update(dataset, changed, built, self._parameters)
+            # a bad value in what the fix would run is refused as such, not as stale
+            parsed_sections(sum((built[n] for n in fix), pipeline), catalog, root)
+            env, runtime = run_params.get("env"), run_params.get("runtime_params")
+            return update_command(fix, asked, env, runtime)
+
+        self._fresh.check(
+            pipeline.inputs(), self._parameters, command, lambda name: load_version(catalog, name)
+        )
+
+    @hook_impl
+    def after_node_run(self, node: Any) -> None:
+        if self._fresh is not None and "gpu" not in node.tags:
+            self._fresh.node_ran(node, self._parameters)
+
+    @hook_impl
+    def after_dataset_saved(self, dataset_name: str, node: Any) -> None:
+        if self._fresh is not None and "gpu" not in node.tags:
+            self._fresh.saved(dataset_name, save_version(self._catalog, dataset_name))
+
+
+def save_version(catalog: Any, name: str) -> str | None:
+    """The version ``name`` is saved under in this run (None: unversioned or unknown)."""
+    dataset = _versioned(catalog, name)
+    return None if dataset is None else dataset.resolve_save_version()
+
+
+def load_version(catalog: Any, name: str) -> str | None:
+    """The version of ``name`` this run would load (None: unversioned, none, or unknown)."""
+    dataset = _versioned(catalog, name)
+    try:
+        return None if dataset is None else dataset.resolve_load_version()
+    except Exception:  # no version yet: the missing-input check words that
+        return None
+
+
+def _versioned(catalog: Any, name: str) -> Any:
+    try:
+        dataset = catalog.get(name) if catalog is not None else None
+    except Exception:
+        return None
+    return dataset if getattr(dataset, "_version", None) is not None else None
+
+
+def warn_on_stale_loads(
+    catalog: Any, fresh: Freshness, parameters: dict[str, Any], env: str | None = None
+) -> None:
+    """Make ``catalog.load(name)`` log a warning when ``name`` is stale (a notebook).
+
+    The data is returned all the same (a notebook may look at an earlier result on purpose);
+    the warning is the refusal a run would give: what changed and the command that brings it
+    up to date. Only ``catalog.load`` of this catalog instance is wrapped.
+    """
+    original = catalog.load
+
+    def command(dataset: str, changed: list[str]) -> str:
+        built = project_pipelines(parameters)
+        return update_command(pipelines_to_update(dataset, changed, built, parameters), [], env)
+
+    def load(name: str, *args: Any, **kwargs: Any) -> Any:
+        data = original(name, *args, **kwargs)
+        try:
+            fresh.check([name], parameters, command, lambda n: load_version(catalog, n))
+        except StaleInputError as exc:
+            logger.warning("%s (loaded all the same: this is an earlier result)", exc)
+        except Exception:  # the warning is a courtesy: never fail a load over it
+            logger.debug("freshness of %s not checked", name, exc_info=True)
+        return data
+
+    catalog.load = load

@@ -40,8 +40,9 @@ def table_problem(path: str) -> str | None:
 def check_input_tables(pipeline: Any, catalog: Any, rewrite: Callable[[str], str]) -> None:
     """Refuse a run that would read an empty or cut-short CSV table.
 
-    Only the pipeline's free inputs (those no node of it writes) on the local file system
-    are checked, each at the version the run would load (pinned or the latest).
+    Only the pipeline's free inputs (those no node of it writes) that HED wrote (versioned
+    datasets) on the local file system are checked, each at the version the run would load
+    (pinned or the latest).
 
     Args:
         pipeline: the run's Kedro pipeline.
@@ -58,6 +59,8 @@ def check_input_tables(pipeline: Any, catalog: Any, rewrite: Callable[[str], str
         path = info.get("path")
         if not str(info.get("type")).endswith(TABLE_TYPES) or not path:
             continue
+        if info.get("version") is None:
+            continue  # a file users write or edit (a pass@1 CSV may lack its last newline)
         if not os.path.isfile(path):
             continue  # not written yet (another check says so) or on an object store
         problem = table_problem(path)

@@ -60,3 +60,40 @@ def test_a_misspelt_catalog_key_names_the_file_and_the_nearest_key(project):
 )
 def test_a_misspelt_runner_names_the_closest_runner(project, runner, line):
     assert last_line(project, "--pipelines", "generation", "--runner", runner) == line + SUFFIX
+
+
+@pytest.mark.parametrize(
+    ("args", "listing", "lister"),
+    [
+        (
+            ("--env", "qae_repro", "--from-nodes", "summarise_step"),
+            "list them with `KEDRO_ENV=qae_repro kedro registry describe` (",
+            (("registry", "describe"), {"KEDRO_ENV": "qae_repro"}),
+        ),
+        (
+            ("--env", "qae_repro", "--pipelines", "reporting", "--from-inputs", "summary_by_stp"),
+            "list them with `kedro catalog describe-datasets -p reporting --env qae_repro` (",
+            (("catalog", "describe-datasets", "-p", "reporting", "--env", "qae_repro"), {}),
+        ),
+    ],
+    ids=["nodes", "datasets"],
+)
+def test_the_listing_command_of_a_study_carries_its_environment(project, args, listing, lister):
+    line = last_line(project, *args)
+    assert listing in line, line
+    # the command as printed lists the study's names (base's demo run has none of them)
+    command, env = lister
+    listed = run_kedro_cli(project, *command, env=env).stdout
+    assert "dapo_with_clip" in listed and "smollm2_demo" not in listed
+
+
+def test_a_misspelt_pipeline_of_registry_describe_is_worded_for_that_command(project):
+    result = run_kedro_cli(
+        project, "registry", "describe", "reportng", check=False, env={"HED_TRACEBACK": ""}
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stdout + result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "ConfigError: kedro registry describe reportng: no such pipeline; did you mean reporting? "
+    ), last

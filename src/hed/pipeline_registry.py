@@ -1,6 +1,7 @@
 """Project pipelines."""
 
 import difflib
+import os
 from importlib import resources
 
 import click
@@ -115,15 +116,29 @@ def _valid_names(pipeline: Pipeline) -> dict[str, list[str]]:
 
 
 def _listing(what: str, names: list[str]) -> str:
-    """Where the valid ``names`` of a filter kind are listed: inline when few."""
+    """Where the valid ``names`` of a filter kind are listed: inline when few, else the
+    command that lists them (:func:`_list_command`)."""
     if len(names) <= 12:
         return f"the pipeline's {what}s: {', '.join(names) or '(none)'}"
-    command = (
-        "kedro catalog describe-datasets -p <pipeline>"
-        if what == "dataset"
-        else "kedro registry describe <pipeline>"
-    )
-    return f"list them with `{command}` ({len(names)} {what}s)"
+    return f"list them with `{_list_command(what)}` ({len(names)} {what}s)"
+
+
+def _list_command(what: str) -> str:
+    """The command that lists the run's datasets (``what == "dataset"``) or nodes, for the
+    pipeline and environment of the ``kedro run`` being run: ``kedro catalog
+    describe-datasets -p <pipeline> [--env <env>]`` or ``[KEDRO_ENV=<env> ]kedro registry
+    describe [<pipeline>]`` (that command has no ``--env`` option; it reads ``KEDRO_ENV``).
+    ``<pipeline>`` stays a placeholder when the run combines several."""
+    ctx = click.get_current_context(silent=True)
+    params = ctx.params if ctx is not None else {}
+    env = params.get("env") or os.environ.get("KEDRO_ENV")
+    env = env if env not in (None, "", "base", "local") else None
+    asked = list(params.get("pipelines") or [])
+    if what == "dataset":
+        pipeline = asked[0] if len(asked) == 1 else "<pipeline>" if asked else "__default__"
+        return f"kedro catalog describe-datasets -p {pipeline}" + (f" --env {env}" if env else "")
+    pipeline = asked[0] if len(asked) == 1 else "<pipeline>" if asked else ""
+    return f"{f'KEDRO_ENV={env} ' if env else ''}kedro registry describe {pipeline}".strip()
 
 
 def check_node_filters(pipeline: Pipeline, **filters: list[str] | None) -> None:
@@ -167,8 +182,7 @@ def check_node_filters(pipeline: Pipeline, **filters: list[str] | None) -> None:
         )
         raise ConfigError(
             f"{options}: together these select no node of the pipeline (each is an "
-            "intersection); drop one, or check the order with `kedro registry describe "
-            "<pipeline>`"
+            f"intersection); drop one, or check the order with `{_list_command('node')}`"
         ) from None
 
 
@@ -199,6 +213,21 @@ def check_requested_pipelines(requested: list[str] | None) -> None:
         near = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
         hint = f"did you mean {near[0]}? " if near else ""
         raise ConfigError(
-            f"--pipelines {name}: no such pipeline; {hint}HED's pipelines: "
+            f"{_as_typed(name)}: no such pipeline; {hint}HED's pipelines: "
             f"{', '.join(valid)} (none: the whole chain)"
         )
+
+
+def _as_typed(name: str) -> str:
+    """A requested pipeline ``name`` as the command being run took it: ``--pipelines <name>``
+    under ``kedro run`` (and in Python), ``kedro registry describe <name>`` under that command
+    (click's context names it), else ``<command>: pipeline <name>``."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or ctx.info_name == "run":
+        return f"--pipelines {name}"
+    path = []
+    while ctx is not None and ctx.parent is not None:  # up to, not including, `kedro` itself
+        path.insert(0, ctx.info_name)
+        ctx = ctx.parent
+    command = " ".join(["kedro", *path])
+    return f"{command} {name}" if path[-1:] == ["describe"] else f"{command}: pipeline {name}"

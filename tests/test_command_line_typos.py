@@ -97,3 +97,12 @@ def test_a_misspelt_pipeline_of_registry_describe_is_worded_for_that_command(pro
     assert last.startswith(
         "ConfigError: kedro registry describe reportng: no such pipeline; did you mean reporting? "
     ), last
+
+
+def test_load_versions_without_a_version_says_what_form_it_takes(project):
+    """Kedro's own parser raises a ``KedroCliError`` in a click callback, which click printed
+    as ``NoneType: None``; ``kedro run``'s message now shows."""
+    assert last_line(project, "--pipelines", "aggregation", "--load-versions", "checkpoints") == (
+        "Error: Invalid value for '--load-versions' / '-lv': Expected the form of "
+        "'load_versions' to be 'dataset_name:YYYY-MM-DDThh.mm.ss.sssZ',found checkpoints instead"
+    )

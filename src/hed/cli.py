@@ -100,8 +100,24 @@ def check_runner(runner: str | None) -> None:
         ) from None
 
 
+def _split_load_versions(ctx: click.Context, param: Any, value: str) -> dict[str, str]:
+    """Kedro's ``--load-versions`` parser with its error shown: Kedro raises a ``KedroCliError``
+    there, which click prints as ``NoneType: None`` (the message lost)."""
+    from kedro.framework.cli.utils import KedroCliError
+    from kedro.framework.cli.utils import _split_load_versions as kedro_split
+
+    try:
+        return kedro_split(ctx, param, value)
+    except KedroCliError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 run = copy.copy(kedro_run)
 run.callback = _report_interruption(kedro_run.callback)
+run.params = [copy.copy(param) for param in kedro_run.params]  # Kedro's own stay as they are
+for _param in run.params:
+    if _param.name == "load_versions":
+        _param.callback = _split_load_versions
 cli.add_command(run)
 
 

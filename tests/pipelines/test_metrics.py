@@ -241,7 +241,7 @@ class _Context:
     def __getitem__(self, key):
         if key == "parameters":
             return self.params
-        if key == "globals":
+        if key in ("globals", "catalog"):  # the hook also checks the catalog's keys
             return {}
         assert key == "credentials"
         if self._credentials is None:

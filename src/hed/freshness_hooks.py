@@ -46,9 +46,10 @@ class FreshnessHooks:
         dataset (:func:`warn_on_stale_loads`); a run's catalog is unwrapped before its run."""
         root = session_data_root(self._context) if self._context is not None else None
         if root is not None:
-            env = self._context.env if self._context is not None else None
+            context = self._context
             run_parameters = (parameters or {}).get("parameters") or {}  # Kedro's feed dict
-            warn_on_stale_loads(catalog, Freshness(root), run_parameters, env)
+            runtime = getattr(context.config_loader, "runtime_params", None) or {}
+            warn_on_stale_loads(catalog, Freshness(root), run_parameters, context.env, runtime)
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
@@ -65,11 +66,11 @@ class FreshnessHooks:
 
         def command(dataset: str, changed: list[str]) -> str:
             built = project_pipelines(self._parameters)
-            fix = pipelines_to_update(dataset, changed, built, self._parameters)
+            fix = fix_pipelines(self._fresh, dataset, changed, built, self._parameters)
             # a bad value in what the fix would run is refused as such, not as stale
             parsed_sections(sum((built[n] for n in fix), pipeline), catalog, root)
             env, runtime = run_params.get("env"), run_params.get("runtime_params")
-            return update_command(fix, asked, env, runtime)
+            return update_command(fix, asked, env, runtime, rewritten(built, fix))
 
         self._fresh.check(
             pipeline.inputs(), self._parameters, command, lambda name: load_version(catalog, name)
@@ -110,7 +111,11 @@ def _versioned(catalog: Any, name: str) -> Any:
 
 
 def warn_on_stale_loads(
-    catalog: Any, fresh: Freshness, parameters: dict[str, Any], env: str | None = None
+    catalog: Any,
+    fresh: Freshness,
+    parameters: dict[str, Any],
+    env: str | None = None,
+    runtime_params: dict[str, Any] | None = None,
 ) -> None:
     """Make ``catalog.load(name)`` log a warning when ``name`` is stale (a notebook).
 
@@ -122,7 +127,8 @@ def warn_on_stale_loads(
 
     def command(dataset: str, changed: list[str]) -> str:
         built = project_pipelines(parameters)
-        return update_command(pipelines_to_update(dataset, changed, built, parameters), [], env)
+        fix = fix_pipelines(fresh, dataset, changed, built, parameters)
+        return update_command(fix, [], env, runtime_params)
 
     def load(name: str, *args: Any, **kwargs: Any) -> Any:
         data = original(name, *args, **kwargs)
@@ -135,3 +141,26 @@ def warn_on_stale_loads(
         return data
 
     catalog.load = load
+
+
+def fix_pipelines(
+    fresh: Freshness, dataset: str, changed: list[str], built: dict, parameters: dict
+) -> list[str]:
+    """:func:`~hed.io.missing_inputs.pipelines_to_update`, with ``generation`` only when the
+    shards are not known to be current: when a changed generation/prompts key also differs
+    in the newest record of some step's merged records (aggregation refuses stale shards, so
+    merged records that agree with the current parameters were made from current shards)."""
+    keys = [k for k in changed if k.startswith(("generation.", "prompts."))]
+    aggregation = built.get("aggregation")
+    merged = (
+        []
+        if aggregation is None
+        else sorted(n for n in aggregation.all_outputs() if n.endswith(".token_records"))
+    )
+    resample = not (keys and merged and fresh.agree(merged, keys, parameters))
+    return pipelines_to_update(dataset, changed, built, parameters, resample)
+
+
+def rewritten(built: dict, pipelines: list[str]) -> set[str]:
+    """Every dataset ``pipelines`` write: their ``--load-versions`` pins must go."""
+    return set().union(*(built[n].all_outputs() for n in pipelines)) if pipelines else set()

@@ -244,8 +244,8 @@ def test_a_notebooks_catalog_warns_when_it_loads_a_stale_table(reported, caplog)
     assert warning.startswith(
         "summary_by_step is stale: it was computed before a change: "
         "aggregation.top_entropy_frac was 0.2 then, is 0.1 now; bring it up to date with "
-        "`kedro run --pipelines aggregation,"
-    ), warning
+        "`kedro run --params aggregation.top_entropy_frac=0.1 --pipelines aggregation,"
+    ), warning  # the session's runtime parameters, as --params
     assert warning.endswith("(loaded all the same: this is an earlier result)")
 
 
@@ -281,3 +281,75 @@ def test_an_older_version_loaded_is_checked_by_its_own_record(reported):
     shutil.rmtree(folder / new)  # the newest deleted: Kedro would load the older one
     message = _refusal(reported, "reporting", at_01)
     assert "summary_by_step is stale" in message and "was 0.2 then, is 0.1 now" in message
+
+
+def test_generation_is_added_only_when_the_shards_are_not_current(tmp_path):
+    """A changed sampling key resamples only when the merged records disagree with it: an
+    older table computed at temperature 1.0 after the shards were regenerated at 0.7 needs
+    aggregation onward, not a new sample of every checkpoint."""
+    from kedro.pipeline import Pipeline, node
+
+    from hed.freshness_hooks import fix_pipelines
+
+    def same(x):
+        return x
+
+    built = {
+        "generation": Pipeline([node(same, "raw", "r.step_0.shard_0.token_records", name="g")]),
+        "aggregation": Pipeline(
+            [node(same, "r.step_0.shard_0.token_records", "r.step_0.token_records", name="a")]
+        ),
+        "reporting": Pipeline([node(same, "r.step_0.token_records", "figure", name="r")]),
+    }
+
+    class _Aggregate:
+        inputs = ("params:generation",)
+        outputs = ("r.step_0.token_records",)
+
+    fresh = Freshness(str(tmp_path))
+    now = {"generation": {"temperature": 0.7}}
+    fresh.node_ran(_Aggregate, now)
+    fresh.saved("r.step_0.token_records")
+    key = ["generation.temperature"]
+    assert fix_pipelines(fresh, "r.step_0.token_records", key, built, now) == [
+        "aggregation", "reporting"
+    ]  # fmt: skip
+    later = {"generation": {"temperature": 0.5}}  # the merged records disagree: resample
+    assert fix_pipelines(Freshness(str(tmp_path)), "r.step_0.token_records", key, built, later) == [
+        "generation", "aggregation", "reporting"
+    ]  # fmt: skip
+
+
+def test_the_fix_command_drops_the_pins_of_what_it_recomputes(monkeypatch):
+    import click
+
+    pins = "summary_by_step:2026-12-01T10.00.00.000Z,prompts:2026-12-01T09.00.00.000Z"
+    argv = ["kedro", "run", "--env", "s1", "--pipelines", "reporting", "--load-versions", pins]
+    monkeypatch.setattr("sys.argv", argv)
+    with click.Context(click.Command("run")):
+        assert update_command(["aggregation"], ["reporting"], unpin={"summary_by_step"}) == (
+            "kedro run --env s1 --load-versions prompts:2026-12-01T09.00.00.000Z "
+            "--pipelines aggregation,reporting"
+        )
+        assert update_command(["aggregation"], [], unpin={"summary_by_step", "prompts"}) == (
+            "kedro run --env s1 --pipelines aggregation,reporting"
+        )
+
+
+def test_putting_back_names_every_changed_parameter(tmp_path):
+    fresh = Freshness(str(tmp_path))
+
+    class _Node:
+        inputs = ("params:aggregation", "params:generation")
+        outputs = ("table",)
+
+    fresh.node_ran(_Node, {"aggregation": {"top_entropy_frac": 0.2}, "generation": {"seed": 1}})
+    fresh.saved("table")
+    now = {"aggregation": {"top_entropy_frac": 0.1}, "generation": {"seed": 2}}
+    with pytest.raises(StaleInputError) as caught:
+        Freshness(str(tmp_path)).check(["table"], now, lambda *_: "kedro run")
+    assert str(caught.value) == (
+        "table is stale: it was computed before a change: aggregation.top_entropy_frac was 0.2 "
+        "then, is 0.1 now (and 1 more difference(s)); bring it up to date with `kedro run`, or "
+        "set aggregation.top_entropy_frac: 0.2, generation.seed: 1"
+    )

@@ -123,7 +123,7 @@ def test_many_missing_inputs_show_three_and_a_count(tmp_path, monkeypatch):
         check_inputs_exist(chain["reporting"], catalog, {}, lambda: chain)
     assert str(caught.value) == (
         "5 input(s) of this run were never written: t0 (t0.csv), t1 (t1.csv), t2 (t2.csv) "
-        "and 2 more; write them first with `kedro run --pipelines aggregation`"
+        "and 2 more; write them first with `kedro run --pipelines aggregation,reporting`"
     )
 
 
@@ -214,7 +214,7 @@ def test_reporting_on_a_fresh_clone_is_refused_in_one_line_before_any_node(tmp_p
         "(data/02_intermediate/checkpoints.json), entropy_thresholds "
         "(data/04_feature/entropy_thresholds.csv), pass1_for_figures "
         "(data/04_feature/pass1_for_figures.csv) and 5 more; write them first with "
-        "`kedro run --pipelines generation,aggregation,metrics,reporting` "
+        "`kedro run --pipelines generation,aggregation,dynamics,metrics,reporting,analyses` "
         "[HED_TRACEBACK=1 shows the traceback]"
     ], output[-3000:]
     for absent in ("Traceback", "Did not find any versions", "resume with", "Running node"):
@@ -233,13 +233,13 @@ def test_reporting_on_a_fresh_clone_is_refused_in_one_line_before_any_node(tmp_p
             "smollm2_demo.step_0.sequences (data/03_primary/token_records/smollm2_demo/"
             "step_0.sequences.parquet), smollm2_demo.step_0.token_records (data/03_primary/"
             "token_records/smollm2_demo/step_0.parquet); write them first with "
-            "`kedro run --pipelines generation,aggregation,dynamics`",
+            "`kedro run --pipelines generation,aggregation,dynamics,metrics,reporting,analyses`",
         ),
         (
             "mini_dapo",
             "reporting",
             "`kedro run --env mini_dapo --pipelines "
-            "mini_rl,generation,aggregation,metrics,reporting`",
+            "mini_rl,generation,aggregation,dynamics,metrics,reporting,rescoring,analyses`",
         ),
     ],
 )
@@ -259,3 +259,18 @@ def test_dynamics_and_a_study_s_reporting_on_a_fresh_clone_are_refused(
     assert message is not None and "\n" not in message
     assert message.endswith(expected), message
     assert _data_files(project) == before
+
+
+def test_the_command_also_recomputes_what_reads_the_rewritten_datasets(tmp_path, monkeypatch):
+    """A missing ``prompts``: generation writes it, aggregation (reads it) and reporting (reads
+    aggregation's table) follow, not only the pipelines the run asked for; metrics, which reads
+    nothing generation or aggregation writes, does not."""
+    monkeypatch.chdir(tmp_path)
+    catalog = _catalog(tmp_path)
+    pd.DataFrame({"a": [1]}).to_csv(tmp_path / "raw.csv", index=False)
+    for name in ("table", "extra"):
+        catalog.save(name, pd.DataFrame({"a": [1]}))
+    assert _refusal(_chain()["aggregation"], catalog, ["aggregation"]) == (
+        "1 input(s) of this run were never written: prompts (prompts.csv); write them first "
+        "with `kedro run --pipelines generation,aggregation,reporting`"
+    )

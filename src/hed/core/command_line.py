@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 
@@ -18,6 +18,7 @@ def update_command(
     asked: Iterable[str] = (),
     env: str | None = None,
     runtime_params: Mapping[str, Any] | None = None,
+    unpin: Collection[str] = (),
 ) -> str:
     """This ``kedro run`` command line with the producing pipelines added to ``--pipelines``.
 
@@ -30,6 +31,8 @@ def update_command(
     ``kedro run [--env <env>] [--params <k>=<v>,...] --pipelines <producers>,<asked>``
     (``env``: the session's environment, none or ``local`` adds no ``--env``;
     ``runtime_params``: the session's runtime parameters, see :func:`params_option`).
+    ``unpin``: datasets the command recomputes: their ``--load-versions`` pins are dropped
+    (a pin would make the pipelines after them read the old version again).
     """
     import click
 
@@ -49,6 +52,11 @@ def update_command(
         option = arg.split("=", 1)[0]
         if option in NODE_FILTERS:
             skip = "=" not in arg
+        elif option in ("--load-versions", "-lv") and ("=" in arg or i + 1 < len(argv)):
+            value = arg.split("=", 1)[1] if "=" in arg else argv[i + 1]
+            skip = "=" not in arg
+            kept = [p for p in value.split(",") if p.split(":", 1)[0].strip() not in unpin]
+            args += [option, ",".join(kept)] if kept else []
         elif arg in ("--pipelines", "--pipeline", "-p") and i + 1 < len(argv):
             asked += argv[i + 1].split(",")
             skip = True

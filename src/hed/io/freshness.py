@@ -213,6 +213,21 @@ class Freshness:
             with fs.open(bare, "w", encoding="utf-8") as handle:
                 handle.write(text)
 
+    def agree(self, datasets: Iterable[str], keys: Iterable[str], parameters: Mapping) -> bool:
+        """Whether every one of ``datasets`` has a record whose ``keys`` equal the current
+        parameters (e.g. the merged records: then their shards were sampled with them)."""
+        current: dict[str, Any] = {}
+        for section, value in parameters.items():
+            current.update(flatten(str(section), value))
+        for dataset in datasets:
+            recorded = self.load(dataset)
+            if recorded is None or any(
+                _jsonable(recorded.get(k, _MISSING)) != _jsonable(current.get(k, _MISSING))
+                for k in keys
+            ):
+                return False
+        return True
+
     def check(
         self,
         reads: Iterable[str],
@@ -282,10 +297,15 @@ def _stale_message(
     if key.endswith("#sha256"):
         path = recorded.get(key.removesuffix("#sha256"))
         what = f"{path} ({key.removesuffix('#sha256')}) has changed since"
-        fix_back = "or restore the file"
     else:
         what = f"{key} was {recorded[key]!r} then, is {now!r} now"
-        fix_back = f"or set {key}: {recorded[key]!r}"
+    # putting back means every difference: the parameters' old values, then the files
+    values = [f"{k}: {recorded[k]!r}" for k in changed if not k.endswith("#sha256")]
+    files = [k for k in changed if k.endswith("#sha256")]
+    fix_back = f"or set {', '.join(values)}" if values else ""
+    if files:
+        restore = "restore the file" if len(files) == 1 else f"restore the {len(files)} files"
+        fix_back = f"{fix_back} and {restore}" if fix_back else f"or {restore}"
     more = f" (and {len(changed) - 1} more difference(s))" if len(changed) > 1 else ""
     return (
         f"{dataset} is stale: it was computed before a change: {what}{more}; "

@@ -184,7 +184,11 @@ _NEVER_ADDED = ("mini_rl", "publish")
 
 
 def pipelines_to_update(
-    dataset: str, changed: Iterable[str], built: Mapping[str, Any], parameters: Mapping[str, Any]
+    dataset: str,
+    changed: Iterable[str],
+    built: Mapping[str, Any],
+    parameters: Mapping[str, Any],
+    resample: bool = True,
 ) -> list[str]:
     """The pipelines that bring ``dataset`` up to date, and everything computed from it.
 
@@ -199,23 +203,42 @@ def pipelines_to_update(
         changed: the keys of its record that differ from the current parameters.
         built: the project's pipelines by name (:func:`project_pipelines`).
         parameters: the run's parameters.
+        resample: False when the shards are known to be current (the merged records were
+            aggregated from shards of the current generation parameters): no ``generation``.
 
     Returns:
         Pipeline names in :data:`CHAIN` order.
     """
+    names = _eligible(built, parameters)
+    chosen = {n for n in names if dataset in built[n].all_outputs()}
+    if resample and "generation" in built and any(k.startswith(_GENERATED_FROM) for k in changed):
+        chosen.add("generation")
+    return with_downstream(chosen, built, parameters)
+
+
+def _eligible(built: Mapping[str, Any], parameters: Mapping[str, Any]) -> list[str]:
+    """Pipelines a fix command may add, in :data:`CHAIN` order."""
     rescoring = parameters.get("rescoring")
     skip = {*_NEVER_ADDED, *(() if _in_default(rescoring) else ("rescoring",))}
-    names = [n for n in CHAIN if n in built and n not in skip]
-    chosen = {n for n in names if dataset in built[n].all_outputs()}
-    if "generation" in built and any(k.startswith(_GENERATED_FROM) for k in changed):
-        chosen.add("generation")
+    return [n for n in CHAIN if n in built and n not in skip]
+
+
+def with_downstream(
+    pipelines: Iterable[str], built: Mapping[str, Any], parameters: Mapping[str, Any]
+) -> list[str]:
+    """``pipelines`` and, repeatedly, every pipeline that reads what they write (not
+    :data:`_NEVER_ADDED`; ``rescoring`` only with ``rescoring.in_default``), in :data:`CHAIN`
+    order: what a command that rewrites ``pipelines``' outputs must also run so that no table
+    is left computed from the old ones."""
+    names = _eligible(built, parameters)
+    chosen = set(pipelines)
     grown = True
     while grown:
         written = set().union(*(built[n].all_outputs() for n in chosen)) if chosen else set()
         more = {n for n in names if n not in chosen and built[n].inputs() & written}
         chosen |= more
         grown = bool(more)
-    return [n for n in CHAIN if n in chosen]
+    return [n for n in CHAIN if n in chosen] + sorted(n for n in chosen if n not in CHAIN)
 
 
 def _in_default(section: Any) -> bool:
@@ -285,8 +308,10 @@ def check_inputs_exist(
     shown = ", ".join(f"{m} ({dataset_location(catalog, m)})" for m in written[:SHOWN])
     more = f" and {len(written) - SHOWN} more" if len(written) > SHOWN else ""
     asked = run_params.get("pipeline_names") or []
+    writers = with_downstream(writers, built, _run_parameters(catalog) or {})
+    rewritten = set().union(*(built[w].all_outputs() for w in writers))
     command = update_command(
-        writers, asked, run_params.get("env"), run_params.get("runtime_params")
+        writers, asked, run_params.get("env"), run_params.get("runtime_params"), rewritten
     )
     raise MissingInputError(
         f"{len(written)} input(s) of this run were never written: {shown}{more}; "

@@ -30,6 +30,19 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RUN = "smollm2_demo"
 
 
+#: A run small enough to generate in seconds on one CPU thread.
+TINY = {
+    "prompts": {"num_prompts": 2},
+    "generation": {
+        "num_shards": 1,
+        "samples_per_prompt": 1,
+        "max_new_tokens": 4,
+        "batch_size": 2,
+        "torch_threads": 1,
+    },
+}
+
+
 def _tracked_conf_envs() -> set[str] | None:
     """The environment folders of ``conf/`` that git tracks (None outside a git checkout)."""
     try:

@@ -28,19 +28,7 @@ from hed.errors import ConfigError
 from hed.io.missing_inputs import MissingInputError
 from hed.io.run_lock import LOCK_NAME, RunLockedError
 
-from .project_copy import REPO_ROOT, RUN, copy_project, run_kedro, run_kedro_cli
-
-#: A run small enough to generate in seconds on one CPU thread.
-TINY = {
-    "prompts": {"num_prompts": 2},
-    "generation": {
-        "num_shards": 1,
-        "samples_per_prompt": 1,
-        "max_new_tokens": 4,
-        "batch_size": 2,
-        "torch_threads": 1,
-    },
-}
+from .project_copy import REPO_ROOT, RUN, TINY, copy_project, run_kedro, run_kedro_cli
 
 
 @pytest.fixture

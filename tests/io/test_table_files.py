@@ -11,18 +11,8 @@ import pytest
 
 from hed.io.table_files import table_problem
 
-from ..project_copy import copy_project, latest, run_kedro, run_kedro_cli, set_parameters
+from ..project_copy import TINY, copy_project, latest, run_kedro, run_kedro_cli, set_parameters
 
-TINY = {
-    "prompts": {"num_prompts": 2},
-    "generation": {
-        "num_shards": 1,
-        "samples_per_prompt": 1,
-        "max_new_tokens": 4,
-        "batch_size": 2,
-        "torch_threads": 1,
-    },
-}
 SUMMARY = "data/04_feature/summary_by_step.csv"
 FIGURE2 = "data/08_reporting/tables/figure2_single_run_diagnostic.csv"
 

@@ -8,7 +8,7 @@ from typing import Any
 from kedro.framework.hooks import hook_impl
 
 from hed.core.command_line import update_command
-from hed.io.missing_inputs import producers_of, project_pipelines
+from hed.io.missing_inputs import producers_of, project_pipelines, with_downstream
 from hed.io.table_files import check_input_tables
 
 
@@ -18,15 +18,19 @@ class TableHooks:
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
         """Refuse an empty or cut-short input table with
-        ``kedro run ... --pipelines <producers>,<asked>`` (:func:`update_command`)."""
+        ``kedro run ... --pipelines <producers>,<downstream>,<asked>`` (:func:`update_command`:
+        what rewrites it and everything computed from it, its pins dropped)."""
 
         def rewrite(dataset: str) -> str:
-            built = project_pipelines(catalog.load("parameters"))
+            parameters = catalog.load("parameters")
+            built = project_pipelines(parameters)
+            writers = with_downstream(producers_of([dataset], built, catalog), built, parameters)
             return update_command(
-                producers_of([dataset], built, catalog),
+                writers,
                 run_params.get("pipeline_names") or [],
                 run_params.get("env"),
                 run_params.get("runtime_params"),
+                set().union(*(built[w].all_outputs() for w in writers)),
             )
 
         check_input_tables(pipeline, catalog, rewrite)

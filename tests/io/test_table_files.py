@@ -50,7 +50,8 @@ def test_a_damaged_input_table_names_its_file_and_the_command_that_rewrites_it(
     # not strict: the run used to go on and write an empty Figure 2 table as the current one
     assert reporting_refusal(project) == (
         f"InputDataError: summary_by_step: {shown}: {problem}; rewrite it with `kedro run "
-        "--params reporting.strict=false --pipelines aggregation,reporting`"
+        "--params reporting.strict=false "
+        "--pipelines aggregation,dynamics,metrics,reporting,analyses`"
     )
 
 

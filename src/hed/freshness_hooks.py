@@ -16,7 +16,12 @@ from hed.config.preflight import parsed_sections
 from hed.core.command_line import update_command
 from hed.hooks import session_data_root
 from hed.io.freshness import Freshness, StaleInputError
-from hed.io.missing_inputs import check_inputs_exist, pipelines_to_update, project_pipelines
+from hed.io.missing_inputs import (
+    check_inputs_exist,
+    outputs_of,
+    pipelines_to_update,
+    project_pipelines,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +75,7 @@ class FreshnessHooks:
             # a bad value in what the fix would run is refused as such, not as stale
             parsed_sections(sum((built[n] for n in fix), pipeline), catalog, root)
             env, runtime = run_params.get("env"), run_params.get("runtime_params")
-            return update_command(fix, asked, env, runtime, rewritten(built, fix))
+            return update_command(fix, asked, env, runtime, outputs_of(built, fix))
 
         self._fresh.check(
             pipeline.inputs(), self._parameters, command, lambda name: load_version(catalog, name)
@@ -159,8 +164,3 @@ def fix_pipelines(
     )
     resample = not (keys and merged and fresh.agree(merged, keys, parameters))
     return pipelines_to_update(dataset, changed, built, parameters, resample)
-
-
-def rewritten(built: dict, pipelines: list[str]) -> set[str]:
-    """Every dataset ``pipelines`` write: their ``--load-versions`` pins must go."""
-    return set().union(*(built[n].all_outputs() for n in pipelines)) if pipelines else set()

@@ -8,7 +8,7 @@ from typing import Any
 from kedro.framework.hooks import hook_impl
 
 from hed.core.command_line import update_command
-from hed.io.missing_inputs import producers_of, project_pipelines, with_downstream
+from hed.io.missing_inputs import outputs_of, producers_of, project_pipelines, with_downstream
 from hed.io.table_files import check_input_tables
 
 
@@ -30,7 +30,7 @@ class TableHooks:
                 run_params.get("pipeline_names") or [],
                 run_params.get("env"),
                 run_params.get("runtime_params"),
-                set().union(*(built[w].all_outputs() for w in writers)),
+                outputs_of(built, writers),
             )
 
         check_input_tables(pipeline, catalog, rewrite)

@@ -88,6 +88,14 @@ def flatten(section: str, value: Any) -> dict[str, Any]:
     return out
 
 
+def flatten_all(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """Every section of ``parameters`` as dotted leaves (:func:`flatten`)."""
+    current: dict[str, Any] = {}
+    for section, value in parameters.items():
+        current.update(flatten(str(section), value))
+    return current
+
+
 def content_sha256(path: Any) -> str | None:
     """sha256 of a local file's bytes, or of a folder's files (relative names and bytes);
     ``None`` when ``path`` is not an existing local path."""
@@ -216,9 +224,7 @@ class Freshness:
     def agree(self, datasets: Iterable[str], keys: Iterable[str], parameters: Mapping) -> bool:
         """Whether every one of ``datasets`` has a record whose ``keys`` equal the current
         parameters (e.g. the merged records: then their shards were sampled with them)."""
-        current: dict[str, Any] = {}
-        for section, value in parameters.items():
-            current.update(flatten(str(section), value))
+        current = flatten_all(parameters)
         for dataset in datasets:
             recorded = self.load(dataset)
             if recorded is None or any(
@@ -251,9 +257,7 @@ class Freshness:
                 the version it would load is not the one recorded and has no record of its
                 own (an older version: pinned, or the newest deleted).
         """
-        current: dict[str, Any] = {}
-        for section, value in parameters.items():
-            current.update(flatten(str(section), value))
+        current = flatten_all(parameters)
         for dataset in sorted(reads):
             if dataset.startswith("params:") or dataset in ("parameters", *CHECKED_ELSEWHERE):
                 continue

@@ -234,11 +234,16 @@ def with_downstream(
     chosen = set(pipelines)
     grown = True
     while grown:
-        written = set().union(*(built[n].all_outputs() for n in chosen)) if chosen else set()
+        written = outputs_of(built, chosen)
         more = {n for n in names if n not in chosen and built[n].inputs() & written}
         chosen |= more
         grown = bool(more)
     return [n for n in CHAIN if n in chosen] + sorted(n for n in chosen if n not in CHAIN)
+
+
+def outputs_of(built: Mapping[str, Any], pipelines: Iterable[str]) -> set[str]:
+    """Every dataset ``pipelines`` write (a fix command drops their ``--load-versions`` pins)."""
+    return set().union(set(), *(built[n].all_outputs() for n in pipelines))
 
 
 def _in_default(section: Any) -> bool:
@@ -309,9 +314,12 @@ def check_inputs_exist(
     more = f" and {len(written) - SHOWN} more" if len(written) > SHOWN else ""
     asked = run_params.get("pipeline_names") or []
     writers = with_downstream(writers, built, _run_parameters(catalog) or {})
-    rewritten = set().union(*(built[w].all_outputs() for w in writers))
     command = update_command(
-        writers, asked, run_params.get("env"), run_params.get("runtime_params"), rewritten
+        writers,
+        asked,
+        run_params.get("env"),
+        run_params.get("runtime_params"),
+        outputs_of(built, writers),
     )
     raise MissingInputError(
         f"{len(written)} input(s) of this run were never written: {shown}{more}; "

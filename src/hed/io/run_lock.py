@@ -36,6 +36,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from hed.errors import ConfigError, HEDError, OutputWriteError
+from hed.records.atomic_io import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -136,12 +137,11 @@ def acquire(data_root: str | Path, env: str) -> Path:
         "command": shlex.join(["kedro", *sys.argv[1:]]) if sys.argv else "kedro run",
     }
     try:
-        partial = root / f"{LOCK_NAME}.{os.getpid()}.tmp"
-        partial.write_text(json.dumps(me), encoding="utf-8")
-        os.replace(partial, path)  # a reader sees the whole facts or none
-    except OSError as exc:
+        with atomic_path(path) as partial:  # a reader sees the whole facts or none
+            partial.write_text(json.dumps(me), encoding="utf-8")
+    except OutputWriteError:
         release(root)
-        raise unwritable_root(root, env, path, exc) from None
+        raise
     atexit.register(release, root)
     return path
 

@@ -179,7 +179,7 @@ def step_measures(
 
 
 def _num(value: Any, digits: int = 4) -> float | int | None:
-    value = trp._nullable(value)
+    value = trp.nullable(value)
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return None
     return trp.significant([value], digits)[0]
@@ -189,7 +189,7 @@ def _token_arrays(
     table: pa.Table, words: dict[str, int], advantage: np.ndarray, means: tuple
 ) -> dict[str, Any]:
     """The token report's per-token arrays plus ``lp`` (log π), ``cov`` and optional columns."""
-    columns = trp._table_columns(table, words)
+    columns = trp.table_columns(table, words)
     lp = np.asarray(table["logprob"], dtype=np.float64)
     columns["lp"] = trp.significant(lp, 4)
     mean_a, mean_lp = means
@@ -364,7 +364,7 @@ def _run_payload(
         shown = []
         for start, stop in itertools.pairwise(bounds):
             key = (int(pair[0, start]), int(pair[1, start]))
-            response = trp._response_payload(columns, start, stop, seq_by_key[key])
+            response = trp.response_payload(columns, start, stop, seq_by_key[key])
             row = measures.iloc[by_key[key]]
             response["reward"] = _num(row.get("reward"))
             response["adv"] = _num(row.get("adv"))
@@ -445,7 +445,7 @@ def _figure2_rows(
                 "n_high_entropy": _num(r.get("n_high_entropy")),
                 "anthro": _num(r.get("anthropomorphic_count")),
                 "pass1": _num(r.get("pass1")),
-                "pass1_source": trp._nullable(r.get("pass1_source")),
+                "pass1_source": trp.nullable(r.get("pass1_source")),
             }
             for r in rows.to_dict(orient="records")
         ]

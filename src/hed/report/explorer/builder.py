@@ -2,7 +2,8 @@
 
 :func:`build_explorer` turns the merged records and sequences of each (run, step) into the
 page's data; :func:`render_explorer` writes the page (``page.html``, ``page.css`` and
-``page.js`` of this package, read with :mod:`importlib.resources`). docs/explorer.md describes
+``page.js`` of this package with the helpers shared with the token report inlined:
+:mod:`hed.report.page_common`). docs/explorer.md describes
 the page for users.
 
 What is embedded is bounded (:class:`ExplorerOptions`): per run, ``responses_per_step``
@@ -31,9 +32,7 @@ from __future__ import annotations
 import html
 import itertools
 import math
-import re
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -46,6 +45,7 @@ from hed.core.advantage import response_advantages
 from hed.errors import ConfigError
 from hed.report import token_report as tr
 from hed.report.explorer.options import ExplorerOptions
+from hed.report.page_common import fill, page_asset
 from hed.report.token_report import inputs as tri
 from hed.report.token_report import payload as trp
 
@@ -465,7 +465,7 @@ def _figure2_rows(
 
 
 def _asset(name: str) -> str:
-    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    return page_asset(__package__, name)
 
 
 def render_explorer(data: Mapping[str, Any]) -> str:
@@ -492,6 +492,4 @@ def render_explorer(data: Mapping[str, Any]) -> str:
         "DATA": tr.script_json(index),
     }
     # one pass over the template: a response holding "__DATA__" is never substituted
-    return re.sub(
-        r"__(TITLE|CSS|JS|BLOCKS|DATA)__", lambda m: parts[m.group(1)], _asset("page.html")
-    )
+    return fill(_asset("page.html"), parts)

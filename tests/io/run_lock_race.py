@@ -4,8 +4,9 @@ same data root that take the lock in the same instant, and prints one JSON line 
 
 Each pair is forked from this process after Kedro, HED and the pipelines are imported (what
 costs most of a ``kedro run``'s start), so 30 pairs take seconds, not minutes. The only thing
-added to the two runs is a barrier right before :func:`hed.io.run_lock.acquire`: both calls
-start together, which is the race a plain start of two processes hits only by chance.
+added to the two runs is a barrier around :func:`hed.io.run_lock.acquire`: both calls start
+together (the race a plain start of two processes hits only by chance), and neither run goes
+on before the other has tried (so the winner cannot end before the loser tries).
 """
 
 from __future__ import annotations
@@ -29,16 +30,25 @@ from hed.io import run_lock
 COMMAND = ["run", "--nodes", "build_prompt_set"]
 
 
-def _child(barrier: multiprocessing.synchronize.Barrier, log: Path) -> None:
+def _child(
+    barrier: multiprocessing.synchronize.Barrier,
+    tried: multiprocessing.synchronize.Barrier,
+    log: Path,
+) -> None:
     """One ``kedro run`` in this forked process; exits with its status (never returns)."""
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     real = run_lock.acquire
 
-    def acquire_together(data_root, env):  # both runs reach the lock, then take it at once
+    def acquire_together(data_root, env):
+        # both runs reach the lock, then take it at once; neither goes on before the other has
+        # tried (else a slow start could find the lock already released and run too)
         barrier.wait(timeout=60)
-        return real(data_root, env)
+        try:
+            return real(data_root, env)
+        finally:
+            tried.wait(timeout=60)
 
     run_lock.acquire = acquire_together
     sys.argv = ["kedro", *COMMAND]
@@ -60,13 +70,13 @@ def main(project: Path, trials: int) -> None:
     for module in pkgutil.iter_modules(hed.pipelines.__path__):  # imported once, before forking
         importlib.import_module(f"hed.pipelines.{module.name}")
     for trial in range(trials):
-        barrier = multiprocessing.Barrier(2)
+        barrier, tried = multiprocessing.Barrier(2), multiprocessing.Barrier(2)
         pids, logs = [], []
         for side in range(2):
             log = project / f"race_{trial}_{side}.log"
             pid = os.fork()
             if pid == 0:
-                _child(barrier, log)
+                _child(barrier, tried, log)
             pids.append(pid)
             logs.append(log)
         codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]

@@ -2,8 +2,8 @@
 
 * imports point down the layers only: ``hed.errors`` < ``core`` < ``records`` < ``decode``,
   ``analysis`` < ``pass1``, ``report`` < ``config`` < ``io``, ``runners`` < ``mini_rl`` <
-  ``pipelines`` < Kedro's files (``settings``, ``pipeline_registry``, ``hooks``, ...), which may
-  import anything; imports inside functions and under ``TYPE_CHECKING`` count too;
+  ``pipelines`` < ``hooks`` < Kedro's files (``settings``, ``pipeline_registry``, ``cli``, ...),
+  which may import anything; imports inside functions and under ``TYPE_CHECKING`` count too;
 * no import circle anywhere in ``src/hed`` (a module-level graph, function-level imports
   included);
 * no module in ``src/hed`` is over 500 lines;
@@ -11,6 +11,7 @@
 * nothing in ``src/hed`` outside ``pipelines/`` imports ``hed.pipelines``;
 * no pipeline package imports another (``hed.pipelines.binding`` is shared glue, not a
   pipeline);
+* no module takes a private name (``_x``) from another HED module;
 * one mechanism, one place: temporary-file-and-rename only in ``atomic_io.py``, keyword
   binding of node functions only in ``pipelines/binding.py``.
 
@@ -42,8 +43,9 @@ LAYERS: list[set[str]] = [
     {"hed.io", "hed.runners"},
     {"hed.mini_rl"},
     {"hed.pipelines"},
+    {"hed.hooks"},  # Kedro's hooks: the session around the pipelines
 ]
-#: Kedro's face (and the re-exports of old names): on top, may import anything.
+#: Kedro's face (settings, pipeline_registry, cli): on top, may import anything.
 TOP = len(LAYERS)
 
 #: Upward imports that are known and being removed (empty: none). Each entry: (importer,
@@ -331,3 +333,69 @@ def test_a_planted_circle_is_found(tmp_path):
         "hed.core.d": (tmp_path / "d.py", "from hed.core import a\n"),
     }
     assert circles(import_graph(tree)) == [["hed.core.a", "hed.core.b", "hed.core.c"]]
+
+
+# ------------------------------------------------------------------ private names
+
+
+def private_imports(name: str, path: Path, source: str) -> list[str]:
+    """``module: name`` for each private name (``_x``, not ``__x__``) that module ``name``
+    takes from another HED module: ``from hed.a import _x`` (relative too), or
+    ``import hed.a as m`` / ``from hed import a`` followed by ``m._x`` / ``a._x``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def private(attribute: str) -> bool:
+        return attribute.startswith("_") and not attribute.endswith("__")
+
+    found, aliases = [], {}
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if (module != "hed" and not module.startswith("hed.")) or module == name:
+                continue
+            for alias in node.names:
+                if private(alias.name):
+                    found.append(f"{name}: {module}.{alias.name}")
+                else:  # maybe a module (`from hed.core import entropy`)
+                    aliases[alias.asname or alias.name] = f"{module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("hed.") and alias.asname:
+                    aliases[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and private(node.attr)
+            and aliases[node.value.id] != name
+        ):
+            found.append(f"{name}: {aliases[node.value.id]}.{node.attr}")
+    return sorted(set(found))
+
+
+def test_no_module_takes_a_private_name_from_another():
+    tree = source_tree()
+    assert [line for n, (p, text) in tree.items() for line in private_imports(n, p, text)] == []
+
+
+def test_a_planted_private_import_fails(tmp_path):
+    planted = (
+        "from hed.records.shard_keys import _EXAMPLES, examples\n"
+        "from .schema import _hidden\n"
+        "from hed.core import entropy\n"
+        "import hed.core.words as words\n"
+        "x = entropy._log(1) + words._table + entropy.__name__ + _own\n"
+        "_own = 1\n"
+    )
+    assert private_imports("hed.records.planted", tmp_path / "planted.py", planted) == [
+        "hed.records.planted: hed.core.entropy._log",
+        "hed.records.planted: hed.core.words._table",
+        "hed.records.planted: hed.records.schema._hidden",
+        "hed.records.planted: hed.records.shard_keys._EXAMPLES",
+    ]

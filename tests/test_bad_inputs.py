@@ -1861,8 +1861,13 @@ def _(t: Ctx) -> Expect:
 def _(t: Ctx) -> Expect:
     import socket
 
-    from hed.io.run_lock import LOCK_NAME, RunLockedError, acquire
+    from filelock import FileLock
 
+    from hed.io.run_lock import FLOCK_NAME, LOCK_NAME, RunLockedError, acquire
+
+    (t.tmp / "data").mkdir(parents=True, exist_ok=True)
+    held = FileLock(str(t.tmp / "data" / FLOCK_NAME))  # another run's OS lock
+    held.acquire()
     lock = write_text(
         t.tmp / "data" / LOCK_NAME,
         json.dumps(
@@ -1876,7 +1881,7 @@ def _(t: Ctx) -> Expect:
         ),
     )
     return Expect(
-        lambda: acquire(t.tmp / "data", "qae_repro"),
+        lambda: (held, acquire(t.tmp / "data", "qae_repro")),
         RunLockedError,
         (f"pid {os.getppid()}", "kedro run --env qae_repro", str(lock), "data_root"),
         outputs=(lock,),

@@ -214,3 +214,22 @@ def test_a_stale_dataset_is_named_with_the_pipeline_that_writes_it_in_the_runs_o
     assert fix("my_study_run.step_30.token_records")[0] == "aggregation"
     assert fix("my_study_run.step_30.shard_0.token_records")[:2] == ["generation", "aggregation"]
     assert fix("smollm2_demo.step_0.token_records") == []
+
+
+
+def test_one_hook_checks_a_runs_inputs_and_it_runs_first():
+    """Missing, stale and damaged inputs are checked by one hook (hed.hooks.inputs), registered
+    last in settings.HOOKS so pluggy calls its before_pipeline_run first (before the run lock)."""
+    import re
+
+    from hed import settings
+    from hed.hooks import InputHooks
+
+    from .conftest import REPO_ROOT
+
+    src = REPO_ROOT / "src" / "hed"
+    called = re.compile(r"(?<!def )\b(check_inputs_exist|check_input_tables)\(")
+    callers = {str(p.relative_to(src)) for p in src.rglob("*.py") if called.search(p.read_text())}
+    assert callers == {"hooks/inputs.py"}
+    assert isinstance(settings.HOOKS[-1], InputHooks)
+    assert sum(isinstance(hook, InputHooks) for hook in settings.HOOKS) == 1

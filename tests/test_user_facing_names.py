@@ -16,11 +16,6 @@ from kedro.io import AbstractDataset
 from kedro.io.core import parse_dataset_definition
 from kedro.utils import load_obj
 
-import hed.datasets
-import hed.reference_datasets
-from hed.io import datasets as io_datasets
-from hed.io import reference_datasets as io_reference_datasets
-
 from .conftest import REPO_ROOT
 from .runners.test_runners import PROJECT_FILES, kedro_run
 
@@ -56,19 +51,6 @@ def test_every_catalog_type_loads(catalog: Path):
         assert issubclass(cls, AbstractDataset), name
 
 
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [(hed.datasets, io_datasets), (hed.reference_datasets, io_reference_datasets)],
-    ids=["hed.datasets", "hed.reference_datasets"],
-)
-def test_old_catalog_type_spellings_load_the_same_classes(old, new):
-    assert old.__all__, old.__name__
-    for name in old.__all__:
-        cls, _ = parse_dataset_definition({"type": f"{old.__name__}.{name}"})
-        assert cls is getattr(new, name)
-        assert issubclass(cls, AbstractDataset)
-
-
 def test_runner_names_resolve_as_kedro_resolves_them():
     from hed.runners.gpu import GPURunner
     from hed.runners.ray import RayRunner
@@ -94,12 +76,3 @@ def test_kedro_run_with_hed_runners_gpurunner(tmp_path):
     assert good["pid"] != kedro_pid  # a gpu node: its own process
     assert (tmp_path / "data/after_bad.json").exists()  # the last node of the chain ran
 
-
-def test_the_token_reports_former_import_path_still_works():
-    """Earlier docs and notebooks wrote ``from hed.token_report import notebook_view``."""
-    from hed.report.token_report import notebook_view
-    from hed.token_report import notebook_view as old
-
-    assert old is notebook_view
-    assert old("<p>x</p>", height=300) == notebook_view("<p>x</p>", height=300)
-    assert "height:300px" in old("<p>x</p>", height=300)

@@ -4,16 +4,15 @@ import warnings
 
 from hed.config.loader import HEDConfigLoader
 from hed.errors import install_short_tracebacks
-from hed.freshness_hooks import FreshnessHooks
 from hed.hooks import (
     AtomicWritesHooks,
+    InputHooks,
+    LayoutHooks,
     ProjectHooks,
     ProvenanceHooks,
     ResumeHooks,
     ShardPartsHooks,
 )
-from hed.layout_hooks import LayoutHooks
-from hed.table_hooks import TableHooks
 
 # `kedro run` shows HED's one-line errors without Python's traceback (HED_TRACEBACK=1 for it).
 install_short_tracebacks()
@@ -33,8 +32,8 @@ warnings.filterwarnings("ignore", message=r"The node producing outputs .* 'parti
 # (temporary file + rename), and a write to an object store (s3://, gs://) that raises half-way
 # uploads nothing; fsspec's `file`/`s3`/`gs` protocols are not replaced for other libraries.
 # Registered first, so pluggy calls its before_pipeline_run last: after ProjectHooks' checks.
-# FreshnessHooks last: its before_pipeline_run runs first (a stale input is refused before the
-# run lock is taken).
+# InputHooks last: its before_pipeline_run runs first (a missing, stale or damaged input is
+# refused before the run lock is taken).
 HOOKS = (
     AtomicWritesHooks(),
     LayoutHooks(),  # before ProjectHooks: its after_context_created runs after that one's checks
@@ -42,8 +41,7 @@ HOOKS = (
     ProvenanceHooks(),
     ShardPartsHooks(),
     ResumeHooks(),
-    TableHooks(),  # its before_pipeline_run runs second: before the run lock is taken
-    FreshnessHooks(),
+    InputHooks(),
 )
 
 # parameters merge key by key: an environment or --params changes only the keys it names

@@ -233,7 +233,7 @@ def test_a_notebooks_catalog_warns_when_it_loads_a_stale_table(reported, caplog)
         with (
             contextlib.chdir(reported),
             KedroSession.create(project_path=reported, runtime_params=params) as session,
-            caplog.at_level("WARNING", logger="hed.freshness_hooks"),
+            caplog.at_level("WARNING", logger="hed.hooks"),
         ):
             table = session.load_context().catalog.load("summary_by_step")
         assert len(table) > 0
@@ -289,7 +289,7 @@ def test_generation_is_added_only_when_the_shards_are_not_current(tmp_path):
     aggregation onward, not a new sample of every checkpoint."""
     from kedro.pipeline import Pipeline, node
 
-    from hed.freshness_hooks import fix_pipelines
+    from hed.hooks.inputs import fix_pipelines
 
     def same(x):
         return x

@@ -159,3 +159,70 @@ def test_atomic_folder_replaces_the_target_only_when_complete(tmp_path):
             raise OSError("disk full")
     assert (target / "config.json").read_text() == "{}"  # the complete folder is kept
     assert sorted(p.name for p in target.parent.iterdir()) == ["actor_hf"]  # no leftover
+
+
+# ------------------------------------------------------------------ fsspec's internals
+
+#: What atomic_io relies on in fsspec beyond its public API (pyproject bounds fsspec above).
+OPENER_NEEDS = {"__init__": ("path", "mode", "autocommit", "fs"), "_open": (), "discard": ()}
+FILESYSTEM_NEEDS = {"_open": ("path", "mode", "block_size"), "_strip_protocol": (), "_parent": ()}
+
+
+def missing_internals(opener: type, filesystem: type) -> list[str]:
+    """``Class.member`` (or ``Class.member(parameter)``) for each internal of
+    :data:`OPENER_NEEDS` / :data:`FILESYSTEM_NEEDS` the classes lack."""
+    import inspect
+
+    missing = []
+    for cls, needs in ((opener, OPENER_NEEDS), (filesystem, FILESYSTEM_NEEDS)):
+        for member, parameters in needs.items():
+            function = getattr(cls, member, None)
+            if not callable(function):
+                missing.append(f"{cls.__name__}.{member}")
+                continue
+            known = inspect.signature(function).parameters
+            missing += [f"{cls.__name__}.{member}({p})" for p in parameters if p not in known]
+    return missing
+
+
+def test_the_installed_fsspec_has_the_internals_atomic_io_subclasses(tmp_path):
+    import fsspec
+    from fsspec.implementations.local import LocalFileOpener, LocalFileSystem
+
+    missing = missing_internals(LocalFileOpener, LocalFileSystem)
+    assert not missing, (
+        f"fsspec {fsspec.__version__} lacks {missing}, which hed.records.atomic_io subclasses "
+        "(_AtomicLocalFile, AtomicLocalFileSystem): adapt atomic_io to it, or bound fsspec "
+        "below this version in pyproject.toml"
+    )
+    # LocalFileOpener.__init__ opens through the subclass's _open (where the temporary is made)
+    opened = []
+
+    class Probe(LocalFileOpener):
+        def _open(self):
+            opened.append(self.path)
+            self.f = open(tmp_path / "probe", "wb")  # closed below
+
+    Probe(str(tmp_path / "target"), "wb", autocommit=False, fs=LocalFileSystem()).f.close()
+    assert opened == [str(tmp_path / "target")]
+
+
+def test_the_fsspec_check_names_what_a_changed_fsspec_lacks():
+    class Opener:
+        def __init__(self, path, mode, fs=None): ...
+
+        def discard(self): ...
+
+    class FileSystem:
+        def _open(self, path, mode="rb"): ...
+
+        _strip_protocol = "not callable"
+
+        def _parent(self, path): ...
+
+    assert missing_internals(Opener, FileSystem) == [
+        "Opener.__init__(autocommit)",
+        "Opener._open",
+        "FileSystem._open(block_size)",
+        "FileSystem._strip_protocol",
+    ]

@@ -26,7 +26,7 @@ from hed.errors import ConfigError
 from hed.report import token_report as tr
 from hed.report.token_report import payload
 
-from ..browser import open_page
+from ..browser import READY, open_page
 from ..token_report_demo import RESPONSES, RUN, STEPS, demo_prompts, demo_step
 
 SCRIPT_KEY = (1, 0)  # the response with <script>alert(1)</script> and </span>
@@ -334,20 +334,59 @@ def test_significant_digit_rounding_gives_short_exact_decimals():
 
 
 def test_the_page_files_are_package_data_inlined_verbatim(demo):
-    """page.html/.css/.js ship with the package (pyproject package-data) and reach the page
-    unchanged: the rendered file holds the CSS and the JavaScript byte for byte."""
+    """page.html/.css/.js and the helpers they share with the explorer (page_common.js/.css)
+    ship with the package (pyproject package-data) and reach the page unchanged: the rendered
+    file holds the CSS and the JavaScript byte for byte, the shared file in place of its
+    marker line, once."""
     import tomllib
     from importlib import resources
 
     from ..conftest import REPO_ROOT
 
     names = ["page.html", "page.css", "page.js"]
-    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
-    assert pyproject["tool"]["setuptools"]["package-data"]["hed.report.token_report"] == names
-    files = resources.files("hed.report.token_report")
+    package_data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]
+    package_data = package_data["setuptools"]["package-data"]
+    assert package_data["hed.report.token_report"] == names
+    assert package_data["hed.report"] == ["page_common.js", "page_common.css"]
+    files, shared = resources.files("hed.report.token_report"), resources.files("hed.report")
     css, js = (files.joinpath(n).read_text(encoding="utf-8") for n in names[1:])
+    common_css, common_js = (
+        shared.joinpath(n).read_text(encoding="utf-8")
+        for n in ("page_common.css", "page_common.js")
+    )
+    assert css.count("/* page_common.css */\n") == js.count("// page_common.js\n") == 1
+    css = css.replace("/* page_common.css */\n", common_css)
+    js = js.replace("// page_common.js\n", common_js)
     _, report = demo
     page = tr.render_html(report)
     assert f"<style>{css}</style>" in page and f"<script>{js}</script>" in page
+    assert page.count("function colour(f)") == 1 and page.count("#tip .pbar") == 1
     head = files.joinpath("page.html").read_text(encoding="utf-8").split("<title>")[0]
     assert page.startswith(head) and "__CSS__" not in page and "__DATA__" not in page
+
+
+def test_placeholders_in_the_title_stay_text_and_the_page_renders(demo, page, tmp_path):
+    """render_html fills its template in one pass: a study titled with the template's own
+    placeholders shows them as text; the page's JSON, CSS and script land only where they
+    belong, and the page still draws in a browser."""
+    _, report = demo
+    title = "my __DATA__ study __TITLE__ __CSS__ __JS__ <b>"
+    html = tr.render_html({**report, "title": title})
+    shown = "my __DATA__ study __TITLE__ __CSS__ __JS__ &lt;b&gt;"
+    assert f"<title>{shown}</title>" in html and f"<h1>{shown}</h1>" in html
+    assert html.count('<script type="application/json" id="hed-data">') == 1
+    assert html.count("<style>") == 1 and html.count("function colour(f)") == 1
+    data = html.split('id="hed-data">')[1].split("</script>")[0]
+    assert json.loads(data)["title"] == title
+    path = tmp_path / "titled.html"
+    path.write_text(html, encoding="utf-8")
+    tab = page.context.new_page()  # a second tab of the demo page's browser
+    errors = []
+    tab.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        tab.goto(path.as_uri())
+        tab.wait_for_function(READY, timeout=20_000)
+        assert tab.title() == title and tab.locator("h1").inner_text() == title
+        assert errors == [] and tab.locator("#grid span.t").count() > 0
+    finally:
+        tab.close()

@@ -6,18 +6,35 @@ which calls it after every decode step (not only at the end of a batch) with the
 is in ``GPURunner``'s children of a ``kedro run`` started from one) it draws a tqdm bar of
 sequences with tokens, tokens/s and tqdm's ETA; elsewhere (a batch job's log file) it logs a
 line every ``every_s`` seconds. :meth:`ShardProgress.finish` logs one summary line.
+
+Each of ``GPURunner``'s node processes draws its bar on the line of its slot
+(:func:`bar_position`): tqdm counts the bars of its own process only, so without it every
+child's bar would take line 0 and the bars of shards generated at once would overwrite each
+other.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
 logger = logging.getLogger(__name__)
+
+#: Set in each node process of ``GPURunner`` to its slot's 0-based index in the runner's slot
+#: list (:func:`hed.runners.process.child_main`); read for the bar's line and a vLLM port.
+SLOT_INDEX_ENV = "HED_SLOT_INDEX"
+
+
+def bar_position(environ: Mapping[str, str] = os.environ) -> int:
+    """The terminal line (tqdm ``position``) of this process's bar: its slot's index
+    (:data:`SLOT_INDEX_ENV`), 0 outside the runner or when the variable is not a number."""
+    slot = environ.get(SLOT_INDEX_ENV, "").strip()
+    return int(slot) if slot.isdigit() else 0
 
 
 class ShardProgress:
@@ -51,7 +68,15 @@ class ShardProgress:
             from tqdm.auto import tqdm
 
             self._bar = tqdm(
-                total=self.total, desc=label, unit="seq", file=stream, dynamic_ncols=True
+                total=self.total,
+                desc=label,
+                unit="seq",
+                file=stream,
+                dynamic_ncols=True,
+                position=bar_position(),  # one line per GPURunner slot
+                # in a runner's slot the bar is cleared when done (the summary line stays):
+                # redrawn at the cursor's line, it would overwrite slot 0's
+                leave=SLOT_INDEX_ENV not in os.environ,
             )
 
     def __call__(self, n_sequences: int, n_tokens: int) -> None:
@@ -110,4 +135,4 @@ class ShardProgress:
         return line
 
 
-__all__ = ["ShardProgress"]
+__all__ = ["SLOT_INDEX_ENV", "ShardProgress", "bar_position"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hed.decode.loading import require_config
+from hed.decode.progress import SLOT_INDEX_ENV
 from hed.decode.types import VLLMSettings
 from hed.errors import CheckpointError, ConfigError
 
@@ -28,10 +29,8 @@ INSTALL_HINT = (
     "or set generation.backend: hf"
 )
 
-#: Environment variable :class:`hed.runners.GPURunner` sets in each node process to its
-#: slot's 0-based index (``hed.runners.process.SLOT_INDEX_ENV``).
-SLOT_INDEX_ENV = "HED_SLOT_INDEX"
-#: Engines of different slots on one node take ``VLLM_PORT + PORT_STRIDE · slot`` onwards.
+#: Engines of different slots on one node take ``VLLM_PORT + PORT_STRIDE · slot`` onwards (the
+#: slot: :data:`hed.decode.progress.SLOT_INDEX_ENV`, set by :class:`hed.runners.GPURunner`).
 PORT_STRIDE = 16
 
 #: KV cache reserved on CPU when ``generation.vllm.kv_cache_memory_bytes`` is null (1 GiB):

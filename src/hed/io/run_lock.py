@@ -5,10 +5,12 @@ Every dataset of an environment lies under its data root (``data_root`` in
 would read each other's newest versions (a shard written by the other run looks "stale"), and
 two environments sharing a root would overwrite each other's latest figures. So:
 
-* :func:`acquire` writes ``<data_root>/.hed_run.lock`` (pid, host, environment, start time,
-  command) with ``O_CREAT | O_EXCL`` before the first node runs; a second run finds it and
-  stops with one line naming the first. A lock whose process no longer exists on this host is
-  stale: it is replaced, with a warning. :func:`release` removes it when the run ends (also on
+* :func:`acquire` takes an OS file lock (``filelock``: ``flock`` on Unix) on
+  ``<data_root>/.hed_run.lock.flock`` before the first node runs, then writes the holder's
+  facts (pid, host, environment, start time, command) to ``<data_root>/.hed_run.lock``; a
+  second run cannot take the OS lock and stops with one line naming the first. The OS lock
+  dies with its process, so a killed run's lock is taken over (with a warning naming it).
+  :func:`release` removes the facts and releases the lock when the run ends (also on
   failure, and at interpreter exit).
 * :func:`claim_root` records the environment in ``<data_root>/.hed_environment`` on first use;
   a run of another environment with the same root is refused (a copied study folder that kept
@@ -31,11 +33,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from hed.errors import ConfigError, HEDError, OutputWriteError
+from hed.records.atomic_io import atomic_path
 
 logger = logging.getLogger(__name__)
 
+#: The holder's facts (JSON), beside the OS lock.
 LOCK_NAME = ".hed_run.lock"
+#: The file the OS lock is taken on (empty; filelock may remove it on release).
+FLOCK_NAME = ".hed_run.lock.flock"
 OWNER_NAME = ".hed_environment"
 
 
@@ -65,31 +73,62 @@ def _describe(holder: dict[str, Any]) -> str:
 def local_folder(data_root: str | Path) -> Path:
     """Where the lock and owner files of ``data_root`` live: the root itself when it is a
     local (or shared, NFS) folder; for an object-store root (``s3://``, ``gs://``), which has
-    no exclusive create, a folder ``.hed_locks/<root>`` in the project (so the lock guards
-    the runs of one checkout, not of several machines: docs/ray.md)."""
+    no file lock, a folder ``.hed_locks/<root>`` in the project (so the lock guards the runs
+    of one checkout, not of several machines: docs/ray.md)."""
     text = str(data_root)
     if "://" not in text:
         return Path(text)
     return Path(".hed_locks") / re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
+#: The OS locks this process holds, by lock folder (a second ``acquire`` of the same root in
+#: one process, e.g. two sessions of a notebook, keeps the one it holds).
+_HELD: dict[Path, FileLock] = {}
+
+#: How long a refused run waits for the holder's facts (the holder writes them right after
+#: it takes the OS lock; a second run refused in that instant waits for them).
+HOLDER_WAIT_S = 10.0
+
+
 def acquire(data_root: str | Path, env: str) -> Path:
     """Take the lock of ``data_root`` for this process.
+
+    The OS lock (:class:`filelock.FileLock` on ``<root>/.hed_run.lock.flock``: ``flock`` on
+    Unix) decides: at most one process holds it, and it dies with its process (a run killed
+    by SIGKILL or a power cut leaves nothing to clean). Once held, the holder's facts (pid,
+    host, environment, start time, command) are written to ``<root>/.hed_run.lock``, so that
+    a refused run names the holder. Facts left by a killed run are taken over with a warning.
 
     Args:
         data_root: the environment's data root.
         env: the environment's label (``base``, ``qae_repro``), recorded in the lock.
 
     Returns:
-        The lock file's path.
+        The path of the holder's facts (``<root>/.hed_run.lock``).
 
     Raises:
-        RunLockedError: a live run (this host) or a run on another host holds the lock; the
-            message names it, and the file to delete if that run is gone.
+        RunLockedError: another process holds the lock; the message names it (its facts).
         OutputWriteError: the data root cannot be written (:func:`unwritable_root`).
     """
     root = local_folder(data_root)
     path = root / LOCK_NAME
+    key = root.absolute()
+    if key in _HELD:
+        return path
+    os_lock = FileLock(str(root / FLOCK_NAME), timeout=0)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        os_lock.acquire()
+    except Timeout:
+        raise RunLockedError(_refusal(root, path)) from None
+    except OSError as exc:
+        raise unwritable_root(root, env, path, exc) from None
+    _HELD[key] = os_lock
+    previous = _read(path)
+    if previous is not None and previous.get("pid") != os.getpid():
+        logger.warning(
+            "Taking over the run lock %s of a run that is gone (%s)", path, _describe(previous)
+        )
     me = {
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -97,48 +136,55 @@ def acquire(data_root: str | Path, env: str) -> Path:
         "started": time.time(),
         "command": shlex.join(["kedro", *sys.argv[1:]]) if sys.argv else "kedro run",
     }
-    for _ in range(3):
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = _read(path)
-            if holder is None or (
-                holder.get("host") == me["host"]
-                and (holder.get("pid") == me["pid"] or not _alive(int(holder.get("pid", 0))))
-            ):
-                if holder is not None and holder.get("pid") != me["pid"]:
-                    logger.warning("Removing the stale run lock %s (%s)", path, _describe(holder))
-                path.unlink(missing_ok=True)
-                continue
-            raise RunLockedError(
-                f"{root} is in use by another run ({_describe(holder)}): wait for it to end or "
-                f"give this environment its own data_root (conf/<env>/globals.yml); if that "
-                f"run is gone, delete {path}"
-            ) from None
-        except OSError as exc:
-            raise unwritable_root(root, env, path, exc) from None
-        with os.fdopen(fd, "w") as file:
-            json.dump(me, file)
-        atexit.register(release, root)
-        return path
-    raise RunLockedError(f"{path}: cannot take the run lock (it keeps reappearing); delete it")
+    try:
+        with atomic_path(path) as partial:  # a reader sees the whole facts or none
+            partial.write_text(json.dumps(me), encoding="utf-8")
+    except OutputWriteError:
+        release(root)
+        raise
+    atexit.register(release, root)
+    return path
+
+
+def _refusal(root: Path, path: Path) -> str:
+    """The refusal of a run that found the OS lock held: names the holder from its facts,
+    waiting up to :data:`HOLDER_WAIT_S` for them when the holder has just taken the lock
+    (no facts yet, or those of a run that is gone)."""
+    host = socket.gethostname()
+    deadline = time.monotonic() + HOLDER_WAIT_S
+    while True:
+        holder = _read(path)
+        current = holder is not None and (
+            holder.get("host") != host or _alive(int(holder.get("pid", 0)))
+        )
+        if current or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    who = _describe(holder) if current and holder else f"its details are not in {path}"
+    return (
+        f"{root} is in use by another run ({who}): wait for it to end or give this "
+        f"environment its own data_root (conf/<env>/globals.yml); the lock ends with that "
+        f"run's process (delete {path} only to clear a stale name)"
+    )
 
 
 def release(data_root: str | Path) -> None:
-    """Remove ``data_root``'s lock if this process holds it (else leave it)."""
-    path = local_folder(data_root) / LOCK_NAME
-    holder = _read(path)
+    """Remove ``data_root``'s holder facts and release its OS lock, if this process holds it
+    (else leave both)."""
+    root = local_folder(data_root)
+    os_lock = _HELD.pop(root.absolute(), None)
+    if os_lock is None:
+        return
+    holder = _read(root / LOCK_NAME)
     if holder is not None and holder.get("pid") == os.getpid():
-        path.unlink(missing_ok=True)
+        (root / LOCK_NAME).unlink(missing_ok=True)
+    os_lock.release()
 
 
 def _read(path: Path) -> dict[str, Any] | None:
-    """The lock's content; ``None`` when it is gone or unreadable (a half-written lock)."""
+    """The holder's facts; ``None`` when they are gone or unreadable."""
     try:
         holder = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
     except (OSError, ValueError):
         return None
     return holder if isinstance(holder, dict) else None

@@ -29,7 +29,7 @@ from hed.errors import InputDataError
 from hed.records.arrow_stream import column_numpy, dataset_source, record_batches
 from hed.records.schema import OPTIONAL_RECORD_COLUMNS, SEQUENCE_SCHEMA, TOKEN_RECORD_SCHEMA
 from hed.records.shard_keys import (  # noqa: F401 - check_response_keys, examples re-exported
-    _RESPONSE_KEY,
+    RESPONSE_KEY,
     check_response_keys,
     compare_records_to_responses,
     examples,

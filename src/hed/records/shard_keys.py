@@ -23,7 +23,8 @@ from hed.records.arrow_stream import column_numpy, record_batches
 from hed.records.schema import RECORD_KEY
 
 _KEYS = list(RECORD_KEY)
-_RESPONSE_KEY = "(prompt_index, sample_index)"
+#: How an error message names a response's key columns.
+RESPONSE_KEY = "(prompt_index, sample_index)"
 _EXAMPLES = 5  # keys quoted in an error message
 
 
@@ -76,7 +77,7 @@ def check_response_keys(
         if len(repeated):
             keys = repeated[["prompt_index", "sample_index"]].itertuples(index=False)
             raise InputDataError(
-                f"{label}: duplicated responses {_RESPONSE_KEY} {examples(keys, len(repeated))} "
+                f"{label}: duplicated responses {RESPONSE_KEY} {examples(keys, len(repeated))} "
                 f"in shard {shard} ({sources[shard]})"
             )
     expected_prompts = np.sort(prompts["prompt_index"].to_numpy().astype(np.int64))
@@ -89,7 +90,7 @@ def check_response_keys(
         shard = int(unexpected["_shard"].iloc[0])
         keys = unexpected[["prompt_index", "sample_index"]].itertuples(index=False)
         raise InputDataError(
-            f"{label}: unexpected responses {_RESPONSE_KEY} {examples(keys, len(unexpected))} "
+            f"{label}: unexpected responses {RESPONSE_KEY} {examples(keys, len(unexpected))} "
             f"in shard {shard} ({sources[shard]}): not in the prompt set "
             f"({len(expected_prompts)} prompts) "
             f"× samples_per_prompt ({samples})"
@@ -104,7 +105,7 @@ def check_response_keys(
         shards = sorted({p % num_shards for p, _ in missing})
         where = ", ".join(f"shard {k} ({sources[k]})" for k in shards)
         raise InputDataError(
-            f"{label}: missing responses {_RESPONSE_KEY} {examples(missing, len(missing))}, "
+            f"{label}: missing responses {RESPONSE_KEY} {examples(missing, len(missing))}, "
             f"expected in {where}; rerun generation for them"
         )
 
@@ -208,14 +209,14 @@ def compare_records_to_responses(found: pd.DataFrame, expected: pd.DataFrame, so
     if len(orphan):
         keys = orphan[["prompt_index", "sample_index"]].itertuples(index=False)
         raise InputDataError(
-            f"{source}: token records of responses {_RESPONSE_KEY} {examples(keys, len(orphan))} "
+            f"{source}: token records of responses {RESPONSE_KEY} {examples(keys, len(orphan))} "
             f"that have no row in the shard's sequences file"
         )
     absent = merged[(merged["_merge"] == "left_only") & (merged["n_tokens"] > 0)]
     if len(absent):
         keys = absent[["prompt_index", "sample_index"]].itertuples(index=False)
         raise InputDataError(
-            f"{source}: no token records for responses {_RESPONSE_KEY} "
+            f"{source}: no token records for responses {RESPONSE_KEY} "
             f"{examples(keys, len(absent))}"
         )
     both = merged[merged["_merge"] == "both"]
@@ -223,7 +224,7 @@ def compare_records_to_responses(found: pd.DataFrame, expected: pd.DataFrame, so
     if len(bad):
         r = bad.iloc[0]
         raise InputDataError(
-            f"{source}: response {_RESPONSE_KEY} ({int(r.prompt_index)}, {int(r.sample_index)}) "
+            f"{source}: response {RESPONSE_KEY} ({int(r.prompt_index)}, {int(r.sample_index)}) "
             f"has {int(r.n_records)} token records (positions {int(r.first_position)}–"
             f"{int(r.last_position)}) but "
             f"n_tokens = {int(r.n_tokens)} ({len(bad)} response(s) in all)"

@@ -35,6 +35,7 @@ from kedro.framework.hooks.manager import (
 )
 from kedro.runner.task import Task
 
+from hed.decode import progress
 from hed.errors import TRACEBACK_VARIABLE, hed_error_in, one_line, short_message
 
 if TYPE_CHECKING:
@@ -42,8 +43,9 @@ if TYPE_CHECKING:
 
 
 #: Set in each node process to its slot's 0-based index in the runner's slot list (a vLLM
-#: engine offsets ``VLLM_PORT`` by it, :func:`hed.decode.vllm.slot_port`).
-SLOT_INDEX_ENV = "HED_SLOT_INDEX"
+#: engine offsets ``VLLM_PORT`` by it, :func:`hed.decode.vllm.slot_port`; a shard's progress
+#: bar takes that line of the terminal, :func:`hed.decode.progress.bar_position`).
+SLOT_INDEX_ENV = progress.SLOT_INDEX_ENV
 
 
 def child_main(  # noqa: PLR0917 - a Process target's arguments are positional

@@ -2,7 +2,8 @@
 
 :func:`build_explorer` turns the merged records and sequences of each (run, step) into the
 page's data; :func:`render_explorer` writes the page (``page.html``, ``page.css`` and
-``page.js`` of this package, read with :mod:`importlib.resources`). docs/explorer.md describes
+``page.js`` of this package with the helpers shared with the token report inlined:
+:mod:`hed.report.page_common`). docs/explorer.md describes
 the page for users.
 
 What is embedded is bounded (:class:`ExplorerOptions`): per run, ``responses_per_step``
@@ -31,9 +32,7 @@ from __future__ import annotations
 import html
 import itertools
 import math
-import re
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -46,6 +45,7 @@ from hed.core.advantage import response_advantages
 from hed.errors import ConfigError
 from hed.report import token_report as tr
 from hed.report.explorer.options import ExplorerOptions
+from hed.report.page_common import fill, page_asset
 from hed.report.token_report import inputs as tri
 from hed.report.token_report import payload as trp
 
@@ -179,7 +179,7 @@ def step_measures(
 
 
 def _num(value: Any, digits: int = 4) -> float | int | None:
-    value = trp._nullable(value)
+    value = trp.nullable(value)
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return None
     return trp.significant([value], digits)[0]
@@ -189,7 +189,7 @@ def _token_arrays(
     table: pa.Table, words: dict[str, int], advantage: np.ndarray, means: tuple
 ) -> dict[str, Any]:
     """The token report's per-token arrays plus ``lp`` (log π), ``cov`` and optional columns."""
-    columns = trp._table_columns(table, words)
+    columns = trp.table_columns(table, words)
     lp = np.asarray(table["logprob"], dtype=np.float64)
     columns["lp"] = trp.significant(lp, 4)
     mean_a, mean_lp = means
@@ -364,7 +364,7 @@ def _run_payload(
         shown = []
         for start, stop in itertools.pairwise(bounds):
             key = (int(pair[0, start]), int(pair[1, start]))
-            response = trp._response_payload(columns, start, stop, seq_by_key[key])
+            response = trp.response_payload(columns, start, stop, seq_by_key[key])
             row = measures.iloc[by_key[key]]
             response["reward"] = _num(row.get("reward"))
             response["adv"] = _num(row.get("adv"))
@@ -445,7 +445,7 @@ def _figure2_rows(
                 "n_high_entropy": _num(r.get("n_high_entropy")),
                 "anthro": _num(r.get("anthropomorphic_count")),
                 "pass1": _num(r.get("pass1")),
-                "pass1_source": trp._nullable(r.get("pass1_source")),
+                "pass1_source": trp.nullable(r.get("pass1_source")),
             }
             for r in rows.to_dict(orient="records")
         ]
@@ -465,7 +465,7 @@ def _figure2_rows(
 
 
 def _asset(name: str) -> str:
-    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    return page_asset(__package__, name)
 
 
 def render_explorer(data: Mapping[str, Any]) -> str:
@@ -492,6 +492,4 @@ def render_explorer(data: Mapping[str, Any]) -> str:
         "DATA": tr.script_json(index),
     }
     # one pass over the template: a response holding "__DATA__" is never substituted
-    return re.sub(
-        r"__(TITLE|CSS|JS|BLOCKS|DATA)__", lambda m: parts[m.group(1)], _asset("page.html")
-    )
+    return fill(_asset("page.html"), parts)

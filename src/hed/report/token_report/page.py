@@ -1,7 +1,8 @@
 """The token report's page: ``page.html`` with ``page.css``, ``page.js`` and the data inlined.
 
 The three files are package data of :mod:`hed.report.token_report` (read with
-:mod:`importlib.resources`); :func:`render_html` puts the title, the CSS, the JavaScript and the
+:mod:`importlib.resources`, the helpers shared with the study explorer inlined:
+:mod:`hed.report.page_common`); :func:`render_html` puts the title, the CSS, the JavaScript and the
 report's JSON (:func:`script_json`) into the HTML template, so the result is one self-contained
 file with no external reference.
 """
@@ -11,15 +12,15 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Mapping
-from functools import cache
-from importlib import resources
 from typing import Any
 
+from hed.report.page_common import fill, page_asset
 
-@cache
+
 def page_file(name: str) -> str:
-    """The text of ``name`` (``page.html``, ``page.css``, ``page.js``) shipped with the package."""
-    return resources.files("hed.report.token_report").joinpath(name).read_text(encoding="utf-8")
+    """The text of ``name`` (``page.html``, ``page.css``, ``page.js``) shipped with the package,
+    the shared helpers inlined (:func:`hed.report.page_common.page_asset`)."""
+    return page_asset("hed.report.token_report", name)
 
 
 def script_json(data: Any) -> str:
@@ -49,13 +50,13 @@ def render_html(report: Mapping[str, Any]) -> str:
         reference; when rendered it sets ``document.body.dataset.ready = "1"`` and
         ``window.hedRenderMs`` (milliseconds from script start to the last token drawn).
     """
-    return (
-        page_file("page.html")
-        .replace("__TITLE__", html.escape(str(report.get("title", "HED token report"))))
-        .replace("__CSS__", page_file("page.css"))
-        .replace("__JS__", page_file("page.js"))
-        .replace("__DATA__", script_json(report))
-    )
+    parts = {
+        "TITLE": html.escape(str(report.get("title", "HED token report"))),
+        "CSS": page_file("page.css"),
+        "JS": page_file("page.js"),
+        "DATA": script_json(report),
+    }
+    return fill(page_file("page.html"), parts)  # one pass: a title's "__DATA__" stays text
 
 
 def notebook_view(page: str, height: int = 720) -> str:

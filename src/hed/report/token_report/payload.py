@@ -51,7 +51,9 @@ def significant(values: Any, digits: int) -> list[float]:
     return out.tolist()
 
 
-def _nullable(value: Any) -> Any:
+def nullable(value: Any) -> Any:
+    """``value`` as JSON can hold it: ``None`` for a missing value (None, pd.NA, NaN), a
+    Python scalar for a NumPy one."""
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return None
     if isinstance(value, np.generic):
@@ -74,7 +76,7 @@ def _fixed_width(column: pa.ChunkedArray, fill: float) -> np.ndarray:
     return out
 
 
-def _table_columns(table: pa.Table, words: dict[str, int]) -> dict[str, list[Any]]:
+def table_columns(table: pa.Table, words: dict[str, int]) -> dict[str, list[Any]]:
     """The page's per-token arrays of a whole table, computed at once.
 
     One entry per row, except ``kid``/``kp`` (top-k ids and probabilities, row-major, ``k``
@@ -100,17 +102,17 @@ def _table_columns(table: pa.Table, words: dict[str, int]) -> dict[str, list[Any
     }
 
 
-def _response_payload(
+def response_payload(
     columns: Mapping[str, list[Any]], start: int, stop: int, seq: Mapping[str, Any]
 ) -> dict[str, Any]:
     """One response: its header fields and rows ``start:stop`` of the table's arrays."""
-    n_tokens = _nullable(seq.get("n_tokens"))
+    n_tokens = nullable(seq.get("n_tokens"))
     return {
         "p": int(seq["prompt_index"]),
         "s": int(seq["sample_index"]),
-        "correct": _nullable(seq.get("correct")),
-        "answer": _nullable(seq.get("extracted_answer")),
-        "finish": _nullable(seq.get("finish_reason")),
+        "correct": nullable(seq.get("correct")),
+        "answer": nullable(seq.get("extracted_answer")),
+        "finish": nullable(seq.get("finish_reason")),
         "n_tokens": int(n_tokens) if n_tokens is not None else stop - start,
         "k": columns["k"],
         **{
@@ -239,14 +241,14 @@ def _run_payload(
         table = read_response_table(
             as_dataset(item.records), present, options.max_tokens_per_response
         )
-        columns = _table_columns(table, words)
+        columns = table_columns(table, words)
         pair = np.stack([np.asarray(table["prompt_index"]), np.asarray(table["sample_index"])])
         starts = np.flatnonzero(np.r_[True, (pair[:, 1:] != pair[:, :-1]).any(axis=0)])
         bounds = np.r_[starts, table.num_rows].tolist() if table.num_rows else [0]
         shown = []
         for start, stop in itertools.pairwise(bounds):
             key = (int(pair[0, start]), int(pair[1, start]))
-            response = _response_payload(columns, start, stop, seq_by_key[key])
+            response = response_payload(columns, start, stop, seq_by_key[key])
             n_cut += response["n_tokens"] > stop - start
             shown.append(response)
         used_ids.update(columns["id"])
@@ -258,8 +260,8 @@ def _run_payload(
         step_payloads.append(
             {
                 "step": int(item.step),
-                "threshold": _nullable(item.threshold),
-                "top_entropy_frac": _nullable(item.top_entropy_frac),
+                "threshold": nullable(item.threshold),
+                "top_entropy_frac": nullable(item.top_entropy_frac),
                 "n_responses": len(frame),
                 "n_shown": len(shown),
                 "n_correct": int(frame["correct"].astype("boolean").fillna(False).sum())

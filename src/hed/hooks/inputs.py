@@ -1,6 +1,7 @@
-"""``FreshnessHooks``: what each saved dataset was computed from, the refusal of a run that
-would read a stale one, and a warning when a notebook's catalog loads a stale one
-(:mod:`hed.io.freshness`).
+"""``InputHooks``: the one check of a run's inputs before its first node (never written, stale,
+or an empty or cut-short table), what each saved dataset was computed from, and a warning when
+a notebook's catalog loads a stale one (:mod:`hed.io.freshness`, :mod:`hed.io.missing_inputs`,
+:mod:`hed.io.table_files`).
 """
 
 from __future__ import annotations
@@ -14,21 +15,24 @@ from kedro.framework.hooks import hook_impl
 from hed.config import layout
 from hed.config.preflight import parsed_sections
 from hed.core.command_line import update_command
-from hed.hooks import session_data_root
+from hed.hooks.project import session_data_root
 from hed.io.freshness import Freshness, StaleInputError
 from hed.io.missing_inputs import (
     check_inputs_exist,
     outputs_of,
     pipelines_to_update,
+    producers_of,
     project_pipelines,
+    with_downstream,
 )
+from hed.io.table_files import check_input_tables
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("hed.hooks")
 
 
-class FreshnessHooks:
-    """``computed_from``: record what each saved dataset was computed from, and refuse a run
-    that would read a stale one (:mod:`hed.io.freshness`).
+class InputHooks:
+    """Check a run's inputs before its first node, and record ``computed_from``: what each
+    saved dataset was computed from (:mod:`hed.io.freshness`).
 
     Registered last in ``settings.HOOKS`` so that its ``before_pipeline_run`` runs first
     (pluggy calls the last registered first): a refusal comes before the run lock is taken.
@@ -58,9 +62,12 @@ class FreshnessHooks:
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
-        """Refuse when a dataset the pipeline reads was never written (:mod:`hed.io.missing_inputs`)
-        or is stale (:meth:`Freshness.check`): the command brings it and everything computed
-        from it up to date (:func:`~hed.io.missing_inputs.pipelines_to_update`)."""
+        """Refuse, in this order, an input the pipeline reads that was never written
+        (:mod:`hed.io.missing_inputs`), that is stale (:meth:`Freshness.check`), or a table
+        that is empty or cut short (:func:`~hed.io.table_files.check_input_tables`); each
+        refusal names the command that brings the input and everything computed from it up to
+        date (:func:`~hed.io.missing_inputs.pipelines_to_update`,
+        :func:`~hed.core.command_line.update_command`), its ``--load-versions`` pins dropped."""
         catalog.__dict__.pop("load", None)  # a run checks before its first node, below
         check_inputs_exist(pipeline, catalog, run_params)
         root = session_data_root(self._context) if self._context is not None else layout.data_root()
@@ -68,18 +75,29 @@ class FreshnessHooks:
         self._catalog = catalog
         self._parameters = catalog.load("parameters")
         asked = run_params.get("pipeline_names") or []
+        env, runtime = run_params.get("env"), run_params.get("runtime_params")
+        built: dict[str, Any] = {}  # the project's pipelines, built once when a check fails
 
-        def command(dataset: str, changed: list[str]) -> str:
-            built = project_pipelines(self._parameters)
-            fix = fix_pipelines(self._fresh, dataset, changed, built, self._parameters)
+        def pipelines() -> dict[str, Any]:
+            if not built:
+                built.update(project_pipelines(self._parameters))
+            return built
+
+        def stale(dataset: str, changed: list[str]) -> str:
+            fix = fix_pipelines(self._fresh, dataset, changed, pipelines(), self._parameters)
             # a bad value in what the fix would run is refused as such, not as stale
-            parsed_sections(sum((built[n] for n in fix), pipeline), catalog, root)
-            env, runtime = run_params.get("env"), run_params.get("runtime_params")
-            return update_command(fix, asked, env, runtime, outputs_of(built, fix))
+            parsed_sections(sum((pipelines()[n] for n in fix), pipeline), catalog, root)
+            return update_command(fix, asked, env, runtime, outputs_of(pipelines(), fix))
+
+        def damaged(dataset: str) -> str:
+            writers = producers_of([dataset], pipelines(), catalog)
+            writers = with_downstream(writers, pipelines(), self._parameters)
+            return update_command(writers, asked, env, runtime, outputs_of(pipelines(), writers))
 
         self._fresh.check(
-            pipeline.inputs(), self._parameters, command, lambda name: load_version(catalog, name)
+            pipeline.inputs(), self._parameters, stale, lambda name: load_version(catalog, name)
         )
+        check_input_tables(pipeline, catalog, damaged)
 
     @hook_impl
     def after_node_run(self, node: Any) -> None:

@@ -1,8 +1,10 @@
 """Project hooks: cross-cutting concerns that do not belong in nodes.
 
-:class:`ProjectHooks` checks the environment and its keys, exports credentials and runs the
-pre-run checks (:mod:`hed.config.preflight`); :class:`ProvenanceHooks` fills ``run_context`` with
-what only the session knows (:mod:`hed.io.provenance`). ``settings.py`` registers both.
+:class:`ProjectHooks` checks the environment and its keys, exports credentials, runs the
+pre-run checks (:mod:`hed.config.preflight`) and takes the run lock; :class:`ProvenanceHooks`
+fills ``run_context`` with what only the session knows (:mod:`hed.io.provenance`) and ends a
+run with its summary; :class:`AtomicWritesHooks`, :class:`ShardPartsHooks` and
+:class:`ResumeHooks` are described where they are defined. ``settings.py`` registers them.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from hed.records.object_store import make_dataset_writes_atomic
 from hed.runners.executor import RunInterruptedError
 from hed.runners.resume import interrupted_error, resume_command, resume_nodes
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("hed.hooks")
 
 
 def _credentials(context: KedroContext) -> dict[str, Any]:
@@ -65,7 +67,7 @@ class ProjectHooks:
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
         """Check the environment exists and no parameter or catalog key is unknown (before
-        :class:`hed.layout_hooks.LayoutHooks` hands the parameters to the layout); keep the
+        :class:`hed.hooks.layout.LayoutHooks` hands the parameters to the layout); keep the
         session's data root for the run lock.
 
         Also exports ``wandb.api_key`` of the credentials (see :func:`_credentials`) as

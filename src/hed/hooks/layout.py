@@ -16,7 +16,7 @@ from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 
 from hed.config import layout
-from hed.hooks import session_data_root
+from hed.hooks.project import session_data_root
 
 
 class LayoutHooks:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
 #: an integer, never a bool (``true`` is refused where a count is asked)
 Int = Annotated[int, Strict()]
@@ -54,6 +54,12 @@ class Section(BaseModel):
     #: dotted name of the section in the parameters files (``generation``)
     section: ClassVar[str] = ""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_is_default(cls, value: Any) -> Any:
+        """An empty YAML section (``explorer:`` with nothing under it) is ``None``: defaults."""
+        return {} if value is None else value
+
     @classmethod
     def of(
         cls,
@@ -79,6 +85,6 @@ class Section(BaseModel):
         from hed.config.messages import config_error
 
         try:
-            return cls.model_validate(dict(raw or {}))
+            return cls.model_validate(dict(raw) if isinstance(raw, Mapping) else raw)
         except ValidationError as exc:
             raise config_error(exc, cls, section or cls.section, sources) from None

@@ -59,7 +59,7 @@ def config_error(
     elif kind in {"model_type", "model_attributes_type", "dict_type"} and "." not in key:
         text = f"parameter `{key}` must be a mapping ({found or _FILES.get(key, f'parameters_{key}.yml')}), got {value!r}"  # noqa: E501
     elif kind in {"model_type", "model_attributes_type", "dict_type"}:
-        text = f"{key}{where} must be a mapping (`{loc[-1]}: {{...}}`), got {value!r}"
+        text = f"{key}{where} must be a mapping (`{key.rsplit('.')[-1]}: {{...}}`), got {value!r}"
     else:
         rule = error["ctx"]["error"] if kind == "value_error" else _rule(model, loc)
         text = f"{key}{where} must be {rule or error['msg'].removeprefix('Input should be ')}, got {value!r}"  # noqa: E501

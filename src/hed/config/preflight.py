@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
+from hed.analysis.rescoring import RescoringParams
 from hed.config import layout, params
 from hed.config.analysis_params import analyses_params, dynamics_params
+from hed.config.layout import RUN_DEFAULTS
 from hed.config.mini_rl import mini_rl_params, task_params
-from hed.config.prompt_params import PromptsParams, prompts_params
+from hed.config.prompt_params import PromptsParams
 from hed.config.publish import publish_params
-from hed.config.sections import RUN_DEFAULTS
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import CheckpointError, ConfigError
 from hed.pass1.config import EXPORT_DIR, metrics_params
@@ -188,8 +189,6 @@ def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -
     Raises:
         ConfigError: the first invalid value, in the nodes' own one-line wording.
     """
-    from hed.analysis.rescoring import rescoring_section
-
     datasets = pipeline.datasets()
     root = layout.data_root() if data_root is None else data_root
 
@@ -202,18 +201,19 @@ def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -
             {"runs": load("runs"), "generation": load("generation") or {}}
         )
     if "params:prompts" in datasets:
-        parsed["prompts"] = prompts_params(load("prompts"))
+        parsed["prompts"] = PromptsParams.of(load("prompts"))
     if "params:generation" in datasets:
-        parsed["generation"] = params.generation_params(load("generation"))
+        parsed["generation"] = params.GenerationParams.of(load("generation"))
     if "params:aggregation" in datasets:
-        parsed["aggregation"] = params.aggregation_params(load("aggregation"))
+        parsed["aggregation"] = params.AggregationParams.of(load("aggregation"))
+        parsed["aggregation"].parsed_lexicon  # noqa: B018 - a missing lexicon, refused now
     if "params:reporting" in datasets:
-        reporting = parsed["reporting"] = params.reporting_params(load("reporting"))
+        reporting = parsed["reporting"] = params.ReportingParams.of(load("reporting"))
         if reporting.strict:
             check_strict_completeness(reporting, load("runs") or {}, load("metrics"))
         check_token_report_steps(reporting, load("runs") or {}, parsed.get("runs"))
     if "params:rescoring" in datasets:
-        parsed["rescoring"] = rescoring_section(load("rescoring"))
+        parsed["rescoring"] = RescoringParams.of(load("rescoring"))
     if "params:publish" in datasets:
         parsed["publish"] = publish_params(load("publish"))
     if "params:dynamics" in datasets:

@@ -54,14 +54,16 @@ DEFAULT_DATA_ROOT = "data"
 
 
 class RunParams(Section):
-    """``runs.<run>`` (parameters.yml): one RL training run's checkpoints."""
+    """``runs.<run>`` (parameters.yml): one RL training run; the run name (letters, digits, ``_``,
+    ``-``) becomes part of dataset names."""
 
     section: ClassVar[str] = "runs.<run>"
 
     role: Literal[ROLES] = "single"  # type: ignore[valid-type]
     """with_clip, without_clip (Figure 2's pair) or single (docs/configuration.md)."""
     checkpoint_root: str | None = None
-    """Folder holding the run's ``global_step_<N>`` checkpoint folders (needed)."""
+    """Folder holding ``global_step_<N>/`` (verl) or ``checkpoint-<N>/`` (TRL / HF Trainer);
+    needed."""
     steps: Annotated[
         Any,
         WithJsonSchema(
@@ -74,9 +76,9 @@ class RunParams(Section):
             }
         ),
     ] = "all"
-    """The steps to analyse: a list, or all (every global_step_<N> under checkpoint_root)."""
+    """List of steps, or all (every step folder found when the pipelines are built)."""
     embedded: Bool = False
-    """Materialise the embedded SmolLM2 demo checkpoint into checkpoint_root when missing."""
+    """Materialise the embedded SmolLM2 into checkpoint_root/global_step_0/actor_hf if missing."""
 
 
 #: The defaults of a run's keys (``runs.<run>``), from :class:`RunParams`.

@@ -44,11 +44,12 @@ class VLLMParams(Section):
     section: ClassVar[str] = "generation.vllm"
 
     gpu_memory_utilization: Fraction = 0.9
-    """Fraction of the GPU's memory for weights, activations and KV cache, in (0, 1]."""
+    """GPU: fraction of its memory vLLM takes for weights, activations and KV cache."""
     kv_cache_memory_bytes: PositiveInt | None = None
-    """KV cache size in bytes; null: from gpu_memory_utilization on GPUs, 1 GiB on CPU."""
+    """KV cache in bytes; null: from gpu_memory_utilization on GPUs, 1 GiB on CPU."""
     max_model_len: PositiveInt | None = None
-    """Longest prompt + response in tokens; null: the shard's longest prompt + max_new_tokens."""
+    """Prompt + response tokens per sequence; null: the shard's longest prompt + max_new_tokens.
+    A prompt that does not fit with max_new_tokens is refused before the engine starts."""
     max_num_seqs: PositiveInt = 256
     """Requests decoded together at most."""
     enforce_eager: Bool | None = None
@@ -72,34 +73,41 @@ class GenerationParams(Section):
     section: ClassVar[str] = "generation"
 
     num_shards: PositiveInt = 1
-    """Shards per checkpoint (``prompt_index % num_shards == shard``); one shard per GPU."""
+    """Shard k holds the prompts with ``prompt_index % num_shards == k``; one shard per GPU."""
     samples_per_prompt: PositiveInt
     """Responses sampled per prompt."""
     temperature: PositiveNumber = SAMPLING_DEFAULTS["temperature"]
-    """T of softmax(z / T); the records' entropies are of this distribution."""
+    """T; recorded entropies and probabilities are of softmax(z / T) over the whole vocabulary."""
     top_p: Fraction = SAMPLING_DEFAULTS["top_p"]
     """Nucleus filter of the sampler, in (0, 1] (1.0 = off); never applied to the records."""
     top_k: Int | None = SAMPLING_DEFAULTS["top_k"]
-    """Top-k filter of the sampler (null, 0 or -1 = off); never applied to the records."""
+    """Top-k filter of the sampler only (null = off, and so are 0 as transformers / TRL write it
+    and -1 as vLLM / verl write it; transformers' default of 50 is never applied)."""
     max_new_tokens: PositiveInt
-    """Generated tokens per response at most."""
+    """Response length limit (``finish_reason = length``)."""
     batch_size: PositiveInt = 8
-    """Sequences per ``generate`` call."""
+    """Sequences per ``generate`` call (left padding; the vllm backend batches by itself)."""
     seed: Int = SAMPLING_DEFAULTS["seed"]
-    """Base seed; each sequence's generator derives from (seed, prompt_id, sample_index)."""
+    """Each response has its own random stream seeded from (seed, prompt_id, sample_index)."""
     top_prob_k: PositiveInt = SAMPLING_DEFAULTS["top_prob_k"]
     """Most probable alternatives recorded per token."""
     stats_kernel: Literal["auto", "reference", "triton", "compiled"] = "auto"
-    """How the recorders compute the statistics (auto: one Triton pass on CUDA)."""
+    """How the recorder computes entropy, log Z and top-k of softmax(z / T) at each decode step:
+    auto = one pass over the logits with a Triton kernel on CUDA, the reference torch code on
+    CPU; reference = the chunked torch code (the definition); triton = the kernel (CUDA only);
+    compiled = the reference formulas through torch.compile. All agree with the reference
+    within 1e-5 nats."""
     dtype: Literal[DTYPE_CHOICES] = DECODING_DEFAULTS["dtype"]  # type: ignore[valid-type]
-    """by_device: bfloat16 on CUDA and on CPUs with native bf16, else float32; auto: the
-    checkpoint's own dtype; or float32, bfloat16, float16."""
+    """by_device = bfloat16 on CUDA and on CPUs with native bfloat16 (AVX512-BF16 or AMX),
+    float32 on other CPUs; auto = the checkpoint's own dtype (its config.json); or float32,
+    bfloat16, float16."""
     torch_threads: NonNegativeInt | None = None
     """CPU threads per process (null or 0: torch's default)."""
     log_every_s: PositiveNumber | None = 30
-    """Seconds between progress log lines."""
+    """Period of the progress log lines when stderr is not a terminal (sequences, tokens, ETA)."""
     backend: Literal[BACKENDS] = DECODING_DEFAULTS["backend"]  # type: ignore[valid-type]
-    """hf: transformers ``generate``; vllm: a vLLM engine (docs/configuration.md)."""
+    """The sampler: hf (transformers ``generate``) or vllm (a vLLM engine; docs/configuration.md,
+    Generation backends)."""
     vllm: VLLMParams = VLLMParams()
     """The vLLM engine's settings, used only with ``backend: vllm``."""
 

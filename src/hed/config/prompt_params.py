@@ -32,14 +32,15 @@ class PromptsParams(Section):
 
     prompt_columns: Annotated[tuple[str, ...], BeforeValidator(_columns), Field(min_length=1)] = (
         "prompt", "question", "problem")  # fmt: skip
-    """Candidate names of the prompt column; the first present is used."""
+    """The first of these columns present in the file holds the prompt."""
     answer_column: str | None = None
     """The reference answer's column, or a struct field as ``<column>.<field>`` (verl's
     ``reward_model.ground_truth``); null: no grading."""
     num_prompts: PositiveInt | None = None
-    """Prompts sampled from the file (null: every row)."""
+    """Sample this many prompts without replacement (null = all); more than the file has is an
+    error."""
     seed: Int = 0
-    """Seed of that sample."""
+    """Seed of that sample (``numpy.random.default_rng``)."""
     apply_chat_template: Bool = True
     """Wrap each prompt in the tokenizer's chat template, when it has one."""
     enable_thinking: Bool | None = None
@@ -51,7 +52,8 @@ class PromptsParams(Section):
     duplicates: Annotated[
         Literal[DUPLICATE_POLICIES], BeforeValidator(check_duplicate_policy)  # type: ignore[valid-type]
     ] = DUPLICATE_POLICIES[0]
-    """Repeated prompts: drop all but the first, or keep them."""
+    """Rows whose prompt (with the suffix) is an earlier row's (the same prompt_id): drop keeps
+    the first of each, keep keeps them all; either way a warning gives the count."""
 
     @field_validator("instruction_suffix")
     @classmethod

@@ -97,9 +97,9 @@ def parameters_doc() -> str:
              "[configuration.md](configuration.md).", ""]  # fmt: skip
     for file, sections in FILES.items():
         lines += [f"## `{file}`", ""]
-        for top, model in sections.items():
-            if typing.get_origin(model) is dict:
-                top, model = f"{top}.<run>", typing.get_args(model)[1]
+        for key, given in sections.items():
+            free = typing.get_origin(given) is dict  # runs: one entry per run name
+            top, model = (f"{key}.<run>", typing.get_args(given)[1]) if free else (key, given)
             if not (isinstance(model, type) and issubclass(model, BaseModel)):
                 continue
             for name, part in _sections(top, model):

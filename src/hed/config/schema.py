@@ -97,9 +97,11 @@ def parameters_doc() -> str:
              "[configuration.md](configuration.md).", ""]  # fmt: skip
     for file, sections in FILES.items():
         lines += [f"## `{file}`", ""]
-        for key, given in sections.items():
-            free = typing.get_origin(given) is dict  # runs: one entry per run name
-            top, model = (f"{key}.<run>", typing.get_args(given)[1]) if free else (key, given)
+        for section, declared in sections.items():
+            free = typing.get_origin(declared) is dict  # runs: one entry per run name
+            top, model = (
+                (f"{section}.<run>", typing.get_args(declared)[1]) if free else (section, declared)
+            )
             if not (isinstance(model, type) and issubclass(model, BaseModel)):
                 continue
             for name, part in _sections(top, model):

@@ -27,7 +27,15 @@ from hed.config.model import (
 )
 from hed.core.compute_dtype import DTYPE_CHOICES
 from hed.core.thresholds import validate_top_entropy_frac
-from hed.core.validators import Steps, is_integer, names, positive_int, section, step_list
+from hed.core.validators import (
+    STATS_KERNELS,
+    Steps,
+    is_integer,
+    names,
+    positive_int,
+    section,
+    step_list,
+)
 from hed.decode.backend import BACKENDS
 from hed.decode.types import TENSOR_PARALLEL_REFUSAL, SamplingParams, VLLMSettings
 from hed.errors import ConfigError
@@ -91,7 +99,7 @@ class GenerationParams(Section):
     """Each response has its own random stream seeded from (seed, prompt_id, sample_index)."""
     top_prob_k: PositiveInt = SAMPLING_DEFAULTS["top_prob_k"]
     """Most probable alternatives recorded per token."""
-    stats_kernel: Literal["auto", "reference", "triton", "compiled"] = "auto"
+    stats_kernel: Literal[STATS_KERNELS] = STATS_KERNELS[0]  # type: ignore[valid-type]
     """How the recorder computes entropy, log Z and top-k of softmax(z / T) at each decode step:
     auto = one pass over the logits with a Triton kernel on CUDA, the reference torch code on
     CPU; reference = the chunked torch code (the definition); triton = the kernel (CUDA only);

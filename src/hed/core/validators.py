@@ -51,17 +51,6 @@ def positive_int(value: Any, name: str, *, allow_none: bool = False) -> int | No
     return value
 
 
-def non_negative_int(value: Any, name: str) -> int:
-    """``value`` if it is an integer ≥ 0 (not a bool).
-
-    Raises:
-        ConfigError: ``<name> must be a non-negative integer, got <value>``.
-    """
-    if not is_integer(value) or value < 0:
-        raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
-    return value
-
-
 def boolean(value: Any, name: str) -> bool:
     """``value`` if it is ``true`` or ``false`` (a quoted ``"false"`` would count as true).
 
@@ -154,7 +143,6 @@ __all__ = [
     "integer",
     "is_integer",
     "names",
-    "non_negative_int",
     "positive_int",
     "section",
     "step_list",

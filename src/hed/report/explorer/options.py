@@ -4,26 +4,18 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from hed.config.model import Bool, NonNegativeInt, PositiveInt, Section
+from hed.config.model import PositiveInt
 from hed.core.advantage import ESTIMATORS
-from hed.core.validators import Steps
+from hed.report.token_report.options import PageOptions
 
 
-class ExplorerOptions(Section):
-    """``reporting.explorer`` (parameters_reporting.yml)."""
+class ExplorerOptions(PageOptions):
+    """``reporting.explorer``: sort, filter, compare every step's responses (docs/explorer.md)."""
 
     section: ClassVar[str] = "reporting.explorer"
 
-    enabled: Bool = True
-    """Build the page (false leaves the node out of the reporting pipeline)."""
     responses_per_step: PositiveInt = 16
-    """(prompt_index, sample_index) keys embedded per (run, step), the same at every step."""
-    max_tokens_per_response: PositiveInt = 2000
-    """Tokens embedded per response (the rest is cut, and said); measures cover every token."""
-    steps: Steps = None
-    """Steps to embed; null: every step of every run."""
-    seed: NonNegativeInt = 0
-    """Seed of the shuffle that chooses the responses."""
+    """(prompt_index, sample_index) embedded per (run, step); the same ones at every step."""
     estimator: Literal[ESTIMATORS] = "grpo"  # type: ignore[valid-type]
     """Advantage estimator of a response: grpo | dr_grpo (hed.core.advantage)."""
 

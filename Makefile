@@ -17,7 +17,7 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE := offline
 export WANDB_SILENT := true
 
-.PHONY: install install-test install-gpu browser run test lint viz doctor
+.PHONY: install install-test install-gpu browser run test lint viz doctor schema
 
 # The runtime: what `kedro run` needs and nothing else (`pip install -e .`) plus the embedded
 # model. Fresh clone here: 50 s of install, then ~40 s of `kedro run` (92 s; from PyPI alone, with
@@ -68,6 +68,11 @@ install-gpu: install
 
 doctor: install
 	$(BIN)/python -m hed doctor
+
+# the JSON Schema of every parameters file (conf/schema/, editors' completion) and
+# docs/parameters.md, from the parameter models (tests/config/test_schema.py keeps them current)
+schema: install
+	$(BIN)/python -m hed schema
 
 # Debian's chromium: tests/report/test_token_report.py renders the token report in it (headless,
 # driven by Playwright with executable_path; no browser download). Only the tests need it.

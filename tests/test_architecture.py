@@ -35,7 +35,9 @@ MAX_MODULE_LINES = 500
 #: The layers, bottom first; a module may import its own layer and those below it.
 LAYERS: list[set[str]] = [
     {"hed", "hed.errors"},  # the package root (its version) and the errors every layer raises
-    {"hed.core"},
+    # the parameter models' base and their messages depend on pydantic and errors only: every
+    # layer's settings (report options, pass@1 sources) subclass them
+    {"hed.core", "hed.config.model", "hed.config.messages"},
     {"hed.records"},
     {"hed.decode", "hed.analysis"},
     {"hed.pass1", "hed.report"},

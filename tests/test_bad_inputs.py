@@ -39,7 +39,7 @@ from kedro.io.core import DatasetError, Version
 from kedro.pipeline import Node
 
 from hed.config.layout import layout_from_params
-from hed.config.params import sampling_params as sampling_params_from
+from hed.config.params import GenerationParams
 from hed.core.command_line import update_command
 from hed.core.entropy import NonFiniteLogitsError, token_distribution_stats
 from hed.core.lexicon import parse_lexicon
@@ -208,6 +208,10 @@ def resolve(root: Path, steps: Any = (20,)) -> Callable[[], Any]:
 
 
 GENERATION = {"num_shards": 1, "samples_per_prompt": 2, "max_new_tokens": 8, "top_p": 1.0}
+
+
+def sampling_params_from(params: dict[str, Any]) -> Any:
+    return GenerationParams.of(params).sampling
 
 
 def sampling(**overrides: Any) -> Callable[[], Any]:
@@ -645,7 +649,7 @@ def _(t: Ctx) -> Expect:
 def _(t: Ctx) -> Expect:
     params = {k: v for k, v in GENERATION.items() if k != "max_new_tokens"}
     return Expect(
-        lambda: sampling_params_from(params), ConfigError, ("generation.max_new_tokens", "None")
+        lambda: sampling_params_from(params), ConfigError, ("generation.max_new_tokens", "missing")
     )
 
 
@@ -1699,7 +1703,7 @@ def conf_with(ctx: Ctx, files: dict[str, str]) -> Path:
 
 def unknown_key_check(conf: Path, env: str | None, runtime: dict[str, Any]) -> Callable[[], Any]:
     """What the project hook does when the session starts: refuse unknown keys, naming the file."""
-    from hed.config.params import check_unknown_keys, key_origin
+    from hed.config.sections import check_unknown_keys, key_origin
 
     def call() -> Any:
         loader = OmegaConfigLoader(

@@ -133,3 +133,11 @@ def doctor(args: tuple[str, ...]) -> None:
     from hed.io.doctor import main
 
     raise SystemExit(main(args))
+
+
+@hed.command()
+def schema() -> None:
+    """Write conf/schema/*.schema.json and docs/parameters.md from the parameter models."""
+    from hed.config.schema import main
+
+    raise SystemExit(main([]))

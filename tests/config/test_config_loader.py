@@ -12,7 +12,7 @@ from kedro.framework.project import configure_project, settings
 from kedro.framework.session import KedroSession
 
 from hed.config.loader import HEDConfigLoader, merge_parameters
-from hed.config.params import aggregation_params
+from hed.config.params import AggregationParams
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def test_rho_on_the_command_line_of_a_copied_study_changes_rho_only(copied_study
     assert {k: v for k, v in after.items() if k != "aggregation"} == {
         k: v for k, v in before.items() if k != "aggregation"
     }
-    checked = aggregation_params(after["aggregation"])
+    checked = AggregationParams.of(after["aggregation"])
     assert checked.top_entropy_frac == Fraction(3, 10)
     assert checked.lexicon == base_aggregation["lexicon"]
     assert sorted(after["runs"]) == ["dapo_with_clip", "dapo_without_clip"]
@@ -99,5 +99,5 @@ def test_the_session_uses_the_key_by_key_loader(copied_study: Path) -> None:
         runtime_params={"aggregation": {"top_entropy_frac": 0.3}},
     ) as session:  # fmt: skip
         parameters = session.load_context().config_loader["parameters"]
-    assert aggregation_params(parameters["aggregation"]).top_entropy_frac == Fraction(3, 10)
+    assert AggregationParams.of(parameters["aggregation"]).top_entropy_frac == Fraction(3, 10)
     assert parameters["aggregation"]["lexicon"]["reasoning"][:3] == ["so", "let", "thus"]

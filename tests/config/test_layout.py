@@ -132,9 +132,8 @@ def test_params_runs_is_parsed_once_and_handed_to_the_nodes_as_the_layout(tmp_pa
     from kedro.io import DataCatalog, MemoryDataset
     from kedro.pipeline import Node, Pipeline
 
-    from hed.config.layout import StudyLayout, configured_steps, run_roles
+    from hed.config.layout import RUN_DEFAULTS, RunParams, StudyLayout, configured_steps, run_roles
     from hed.config.preflight import hand_to_nodes, parsed_sections
-    from hed.config.sections import RUN_DEFAULTS, SECTIONS
 
     (tmp_path / "global_step_5" / "actor_hf").mkdir(parents=True)
     (tmp_path / "global_step_5" / "actor_hf" / "config.json").write_text("{}")
@@ -156,9 +155,9 @@ def test_params_runs_is_parsed_once_and_handed_to_the_nodes_as_the_layout(tmp_pa
     for run in ("a", "b", "nope"):
         assert configured_steps(handed, run) == configured_steps(raw, run)
     assert configured_steps(handed, "a") == (0, 20) and configured_steps(handed, "b") == ()
-    # the defaults of a run's keys: one table, which the unknown-key schema reads
+    # the defaults of a run's keys: declared once, in the model the unknown-key check reads
     assert RUN_DEFAULTS == {"role": "single", "steps": "all", "embedded": False}
-    assert SECTIONS["runs.<run>"] == {"checkpoint_root": ..., **RUN_DEFAULTS}
+    assert RunParams().model_dump() == {"checkpoint_root": None, **RUN_DEFAULTS}
 
 
 @pytest.mark.parametrize(
@@ -166,7 +165,7 @@ def test_params_runs_is_parsed_once_and_handed_to_the_nodes_as_the_layout(tmp_pa
     [
         (
             {"a": {"checkpoint_root": "x", "role": "clip"}},
-            "runs.a.role is 'clip': use one of with_clip, without_clip, single",
+            "runs.a.role must be one of with_clip, without_clip, single, got 'clip'",
         ),
         (
             {"a": {"checkpoint_root": "x", "steps": [1, 1]}},

@@ -103,9 +103,10 @@ def test_the_figure_style_reaches_the_nodes_parsed():
     pipeline = Pipeline([Node(_identity, [f"params:{k}" for k in sections], "out", name="n")])
     catalog = DataCatalog({f"params:{k}": MemoryDataset(v) for k, v in sections.items()})
     parsed = parsed_sections(pipeline, catalog)
-    assert parsed["reporting"].figure2 == FigureStyle((3.5, 2.8), 72)
-    assert parsed["reporting"].figure3 == FigureStyle((2.6, 3.6), 200)
-    assert parsed["dynamics"].figures == FigureStyle((3.2, 2.2), 200)
+    assert parsed["reporting"].figure2.as_params() == {"panel_size": [3.5, 2.8], "dpi": 72}
+    assert parsed["reporting"].figure3.as_params() == {"panel_size": [2.6, 3.6], "dpi": 200}
+    assert parsed["dynamics"].figures.as_params() == {"panel_size": [3.2, 2.2], "dpi": 200}
+    assert isinstance(parsed["dynamics"].figures, FigureStyle)
 
 
 def test_short_message_finds_the_hed_error_kedro_wrapped():

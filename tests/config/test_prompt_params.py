@@ -8,7 +8,6 @@ from kedro.pipeline import Node, Pipeline
 
 from hed.config.preflight import hand_to_nodes, parsed_sections
 from hed.config.prompt_params import PromptsParams, prompts_params
-from hed.config.sections import SECTIONS
 from hed.decode.prompts import PromptRendering
 from hed.errors import ConfigError
 
@@ -21,7 +20,7 @@ def test_prompts_defaults():
     assert parsed.rendering == PromptRendering(True, None, None)
     assert (parsed.instruction_suffix, parsed.duplicates) == ("", "drop")
     assert PromptsParams.of(parsed) is parsed
-    assert SECTIONS["prompts"] == {
+    assert PromptsParams().model_dump(mode="json") == {
         "prompt_columns": ["prompt", "question", "problem"],
         "answer_column": None,
         "num_prompts": None,
@@ -41,8 +40,9 @@ def test_prompts_values_are_read():
          "system_prompt": "Be brief.", "instruction_suffix": None, "duplicates": "keep"}
     )  # fmt: skip
     assert parsed == PromptsParams(
-        ("problem",), "reward_model.ground_truth", 3, 7,
-        PromptRendering(False, True, "Be brief."), "", "keep",
+        prompt_columns=("problem",), answer_column="reward_model.ground_truth", num_prompts=3,
+        seed=7, apply_chat_template=False, enable_thinking=True, system_prompt="Be brief.",
+        instruction_suffix="", duplicates="keep",
     )  # fmt: skip
     assert parsed.rendering.as_params() == {
         "apply_chat_template": False,
@@ -91,7 +91,7 @@ def test_the_pre_run_check_hands_prompts_parsed():
     parsed = parsed_sections(pipeline, catalog)
     assert hand_to_nodes(catalog, parsed) == ["params:prompts"]
     handed = catalog.load("params:prompts")
-    assert handed == PromptsParams(seed=3, rendering=PromptRendering(system_prompt="s"))
+    assert handed == PromptsParams(seed=3, system_prompt="s")
     bad = DataCatalog({"params:prompts": MemoryDataset({"seed": 1.5})})
     with pytest.raises(ConfigError, match=r"^prompts\.seed must be an integer, got 1\.5$"):
         parsed_sections(pipeline, bad)

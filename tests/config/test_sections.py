@@ -11,9 +11,9 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Node, Pipeline
 
 from hed.analysis.rescoring import RESCORING_DEFAULTS, RescoringParams, rescoring_section
-from hed.config.params import GenerationParams, generation_params, shard_config
+from hed.config.params import AggregationParams, GenerationParams, ReportingParams, VLLMParams
 from hed.config.preflight import hand_to_nodes, parsed_sections
-from hed.config.sections import SECTIONS, default
+from hed.config.prompt_params import PromptsParams
 from hed.decode.types import SamplingParams, VLLMSettings
 
 BASE = Path(__file__).resolve().parents[2] / "conf" / "base"
@@ -23,40 +23,41 @@ def _conf(name: str) -> dict:
     return yaml.safe_load((BASE / f"parameters_{name}.yml").read_text(encoding="utf-8"))
 
 
+def _defaults(model) -> dict:
+    return (
+        model().model_dump(mode="json")
+        if model is not GenerationParams
+        else {name: info.default for name, info in model.model_fields.items() if name != "vllm"}
+    )
+
+
 def test_section_defaults_come_from_the_typed_sections():
     sampling = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
-    assert {k: SECTIONS["generation"][k] for k in sampling} == {**sampling, "max_new_tokens": ...}
-    assert SECTIONS["generation.vllm"] == {
+    del sampling["max_new_tokens"]  # required: no default anywhere
+    assert {k: _defaults(GenerationParams)[k] for k in sampling} == sampling
+    assert VLLMParams().model_dump() == {
         f.name: f.default for f in dataclasses.fields(VLLMSettings)
     }
-    assert SECTIONS["rescoring"] == {**RESCORING_DEFAULTS, "reference": {}}
-    assert SECTIONS["rescoring.reference"] == {"source": "generated", "run": None, "step": None}
-    assert default("aggregation", "top_entropy_frac") == 0.2
-    assert default("rescoring", "consistency_tolerance") == 1.0e-4
+    assert RESCORING_DEFAULTS["reference"] == {"source": "generated", "run": None, "step": None}
+    assert AggregationParams.model_fields["top_entropy_frac"].default == 0.2
+    assert RescoringParams().consistency_tolerance == 1.0e-4
 
 
 def test_conf_base_writes_the_code_defaults():
     generation = _conf("generation")["generation"]
     for key in ("temperature", "top_p", "top_k", "batch_size", "seed", "top_prob_k", "dtype",
-                "torch_threads", "log_every_s", "backend"):  # fmt: skip
-        assert generation[key] == SECTIONS["generation"][key], key
-    assert generation["vllm"] == SECTIONS["generation.vllm"]
+                "torch_threads", "log_every_s", "backend", "stats_kernel"):  # fmt: skip
+        assert generation[key] == _defaults(GenerationParams)[key], key
+    assert generation["vllm"] == VLLMParams().model_dump()
     assert _conf("rescoring")["rescoring"] == RESCORING_DEFAULTS
-    prompts = _conf("generation")["prompts"]
+    prompts, defaults = _conf("generation")["prompts"], _defaults(PromptsParams)
     # a study's choices, not defaults: the answers' column and the instruction suffix
-    assert (prompts["answer_column"], SECTIONS["prompts"]["answer_column"]) == ("answer", None)
+    assert (prompts["answer_column"], defaults["answer_column"]) == ("answer", None)
     assert prompts["instruction_suffix"].startswith("\nPut your final answer within")
-    for key in SECTIONS["prompts"].keys() - {"answer_column", "instruction_suffix", "duplicates"}:
-        assert prompts[key] == SECTIONS["prompts"][key], key
-    dynamics = _conf("dynamics")["dynamics"]
-    assert {**dynamics, "figures": {}} == SECTIONS["dynamics"]
-    assert dynamics["figures"] == SECTIONS["dynamics.figures"]
-    analyses = _conf("analyses")["analyses"]
-    for key in ("mismatch", "trainer_entropy", "delta_logprob"):
-        assert analyses[key] == SECTIONS[f"analyses.{key}"], key
-    assert {**analyses, "mismatch": {}, "trainer_entropy": {}, "delta_logprob": {}} == SECTIONS[
-        "analyses"
-    ]
+    for key in defaults.keys() - {"answer_column", "instruction_suffix", "duplicates"}:
+        assert prompts[key] == defaults[key], key
+    reporting = _conf("reporting")["reporting"]
+    assert {**reporting, "fig3": {"steps": None}} == _defaults(ReportingParams)
     assert rescoring_section(None) == RescoringParams() == rescoring_section(RESCORING_DEFAULTS)
 
 
@@ -64,13 +65,14 @@ GENERATION = {"num_shards": 2, "samples_per_prompt": 3, "max_new_tokens": 8, "to
 
 
 def test_generation_is_parsed_once_into_typed_parts():
-    parsed = generation_params({**GENERATION, "backend": "vllm", "vllm": {"max_num_seqs": 4}})
+    parsed = GenerationParams.of({**GENERATION, "backend": "vllm", "vllm": {"max_num_seqs": 4}})
     assert parsed.sampling == SamplingParams(max_new_tokens=8, top_k=None)
-    assert parsed.vllm == VLLMSettings(max_num_seqs=4)
+    assert parsed.backend_args("m")["vllm"] == VLLMSettings(max_num_seqs=4)
     assert (parsed.num_shards, parsed.samples_per_prompt, parsed.dtype) == (2, 3, "by_device")
     assert GenerationParams.of(parsed) is parsed
-    assert shard_config(parsed) == (2, 3) == shard_config(GENERATION)
-    assert generation_params(GENERATION).vllm is None  # hf: engine settings not needed
+    assert GenerationParams.of(GENERATION).backend_args("m")["vllm"] is None  # hf: not needed
+    # as configured, for the comparison with a shard's recorded parameters (top_k 0 is off)
+    assert GenerationParams.of(GENERATION).raw == {**GENERATION, "top_k": None}
 
 
 def test_the_pre_run_check_hands_parsed_sections_to_the_nodes():
@@ -127,26 +129,27 @@ def test_the_sampling_defaults_have_one_source():
 
 
 def test_reporting_is_handed_parsed_with_the_figure_style_defaults_filled_in():
-    from hed.config.params import ReportingParams, reporting_params, reporting_section
     from hed.report.explorer.options import ExplorerOptions
-    from hed.report.style import FigureStyle
+    from hed.report.style import Figure2Style, Figure3Style
     from hed.report.token_report.options import TokenReportOptions
 
-    parsed = reporting_params({"top_n_words": 5, "figure2": {"dpi": 100}})
+    parsed = ReportingParams.of({"top_n_words": 5, "figure2": {"dpi": 100}})
     assert (parsed.top_n_words, parsed.fig2_measure, parsed.strict) == (5, "count", False)
-    assert parsed.figure2 == FigureStyle((3.5, 2.8), 100)
-    assert parsed.figure3 == FigureStyle((2.6, 3.6), 200)
-    assert parsed.figure3.as_params() == SECTIONS["reporting.figure3"]
-    assert parsed.token_report == TokenReportOptions(8, 2000, None, 0, True)
-    assert parsed.explorer == ExplorerOptions(16, 2000, None, 0, "grpo", True)
+    assert parsed.figure2 == Figure2Style(panel_size=(3.5, 2.8), dpi=100)
+    assert parsed.figure3 == Figure3Style(panel_size=(2.6, 3.6), dpi=200)
+    assert parsed.figure3.as_params() == {"panel_size": [2.6, 3.6], "dpi": 200}
+    assert parsed.token_report == TokenReportOptions(
+        responses_per_step=8, max_tokens_per_response=2000, steps=None, seed=0, enabled=True
+    )
+    assert parsed.explorer == ExplorerOptions(responses_per_step=16, estimator="grpo")
     assert ReportingParams.of(parsed) is parsed
-    # a node written for the dict still reads the section as configured
-    assert reporting_section(parsed) == {"top_n_words": 5, "figure2": {"dpi": 100}}
+    # an empty YAML section (None) is every default, as an absent one
+    assert ReportingParams.of({"explorer": None, "fig3": None}) == ReportingParams()
 
 
 def test_the_backend_and_dtype_defaults_have_one_source():
-    """generation.backend and generation.dtype: the shard-reuse comparison, the typed section
-    and the key list read records.shard_metadata.DECODING_DEFAULTS."""
+    """generation.backend and generation.dtype: the shard-reuse comparison and the typed
+    section read records.shard_metadata.DECODING_DEFAULTS."""
     import ast
     import inspect
 
@@ -154,9 +157,8 @@ def test_the_backend_and_dtype_defaults_have_one_source():
     from hed.records import shard_metadata
 
     assert shard_metadata.DECODING_DEFAULTS == {"backend": "hf", "dtype": "by_device"}
-    assert SECTIONS["generation"]["backend"] == "hf"
-    assert SECTIONS["generation"]["dtype"] == "by_device"
-    assert params_module.GenerationParams.backend == "hf"
+    fields = GenerationParams.model_fields
+    assert (fields["backend"].default, fields["dtype"].default) == ("hf", "by_device")
     for module, times in ((shard_metadata, 1), (params_module, 0)):  # 1: the table itself
         literals = [
             node.value
@@ -167,34 +169,22 @@ def test_the_backend_and_dtype_defaults_have_one_source():
 
 
 def test_the_figure_style_report_page_and_batch_defaults_have_one_source():
-    """Each of these defaults is written once, in the layer that uses it; the key list
-    (SECTIONS), the typed sections and the lower functions' argument defaults read it."""
-    import ast
+    """Each of these defaults is written once, in the layer that uses it; the typed sections
+    and the lower functions' argument defaults read it."""
     import inspect
 
     from hed.analysis import correctness, covariance
-    from hed.config import sections
-    from hed.config.params import ReportingParams
-    from hed.pass1 import config as pass1_config
     from hed.pass1 import wandb_online
     from hed.records import arrow_stream
     from hed.report import dynamics_figures, figures, style
-    from hed.report.explorer.options import ExplorerOptions
-    from hed.report.token_report.options import TokenReportOptions
 
     # the values, once
-    assert style.FIGURE2_STYLE == style.FigureStyle((3.5, 2.8), 200)
-    assert style.FIGURE3_STYLE == style.FigureStyle((2.6, 3.6), 200)
-    assert style.DYNAMICS_STYLE == style.FigureStyle((3.2, 2.2), 200)
-    assert SECTIONS["reporting.figure2"] == {"panel_size": [3.5, 2.8], "dpi": 200}
-    assert SECTIONS["reporting.figure3"] == {"panel_size": [2.6, 3.6], "dpi": 200}
-    assert SECTIONS["dynamics.figures"] == {"panel_size": [3.2, 2.2], "dpi": 200}
-    assert SECTIONS["reporting.token_report"] == dataclasses.asdict(TokenReportOptions())
-    assert SECTIONS["reporting.explorer"] == dataclasses.asdict(ExplorerOptions())
-    assert SECTIONS["aggregation"]["chunk_records"] == arrow_stream.DEFAULT_CHUNK == 524_288
-    assert SECTIONS["dynamics"]["batch_records"] == covariance.BATCH_RECORDS == 65_536
-    assert pass1_config._OPTIONS["wandb"][1]["timeout"] == wandb_online.TIMEOUT_S == 20
-    assert ReportingParams.fig2_measure == SECTIONS["reporting"]["fig2_measure"] == "count"
+    assert style.FIGURE2_STYLE.as_params() == {"panel_size": [3.5, 2.8], "dpi": 200}
+    assert style.FIGURE3_STYLE.as_params() == {"panel_size": [2.6, 3.6], "dpi": 200}
+    assert style.DYNAMICS_STYLE.as_params() == {"panel_size": [3.2, 2.2], "dpi": 200}
+    assert AggregationParams.model_fields["chunk_records"].default == arrow_stream.DEFAULT_CHUNK
+    assert arrow_stream.DEFAULT_CHUNK == 524_288 and covariance.BATCH_RECORDS == 65_536
+    assert ReportingParams.model_fields["fig2_measure"].default == "count"
     # the argument defaults are the same objects, not copies of the literals
     defaults = {
         (fn.__name__, name): p.default
@@ -216,14 +206,6 @@ def test_the_figure_style_report_page_and_batch_defaults_have_one_source():
     assert {v for (_, k), v in defaults.items() if k == "dpi"} == {style.DPI}
     assert defaults[("entropy_by_correctness", "batch_records")] == covariance.BATCH_RECORDS
     assert defaults[("read_wandb_history", "timeout")] == wandb_online.TIMEOUT_S
-    # and sections.py writes none of these values as a literal
-    tree = ast.parse(inspect.getsource(sections))
-    literals = {
-        ast.unparse(node)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float)
-    }
-    assert not literals & {"524288", "65536", "200", "3.5", "2.6", "3.2", "2000", "16", "8"}
 
 
 def test_an_unknown_key_without_a_near_one_lists_the_valid_keys_as_a_sentence():

@@ -380,7 +380,7 @@ def test_threshold_is_over_the_union_of_shards(tmp_path):
         (1, 0): [("d", 7.0), ("e", 8.0), ("f", 9.0)],
     }
     records, sequences = write_shards(tmp_path, shard_tables(responses, 2, special_end=False))
-    generation = {"num_shards": 2, "samples_per_prompt": 1}
+    generation = {**GENERATION, "num_shards": 2, "samples_per_prompt": 1}
     _, report = run_checks(records, sequences, generation, prompts_frame(2))
     selection = agg.compute_entropy_threshold(
         report, {"top_entropy_frac": 0.2}, *records, run="r", step=0

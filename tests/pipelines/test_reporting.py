@@ -807,11 +807,11 @@ def test_figure_nodes_draw_the_same_png_from_the_raw_dict_and_from_the_parsed_se
 ):
     """The pre-run check hands plot_figure*_png a ReportingParams (its figure2/figure3 a
     FigureStyle); a notebook passes the dict: the same size, dpi and pixels either way."""
-    from hed.config.params import reporting_params
+    from hed.config.params import ReportingParams
     from hed.pipelines.reporting.nodes import plot_figure3_png
 
     figure_plan = plan(records)
-    parsed = reporting_params(REPORTING)
+    parsed = ReportingParams.of(REPORTING)
     fig2 = build_figure2_table(summary_from(records), pass1_for_figures(), figure_plan)
     fig3 = build_figure3_table(token_mass_from(records), figure_plan)
     for node, table, style in (

@@ -129,7 +129,7 @@ def test_the_node_draws_the_same_page_from_the_raw_dict_and_from_the_parsed_sect
 ):
     """The pre-run check hands build_token_report a ReportingParams (its token_report parsed
     once); a notebook passes the dict: the page is the same string either way."""
-    from hed.config.params import reporting_params
+    from hed.config.params import ReportingParams
     from hed.pipelines.reporting.nodes import build_token_report
 
     root, _ = saved_inputs
@@ -145,6 +145,8 @@ def test_the_node_draws_the_same_page_from_the_raw_dict_and_from_the_parsed_sect
     )
     run_steps = [(RUN, "single", s) for s in STEPS]
     raw = build_token_report(reporting, *inputs, *tables, run_steps=run_steps)
-    parsed = build_token_report(reporting_params(reporting), *inputs, *tables, run_steps=run_steps)
+    parsed = build_token_report(
+        ReportingParams.of(reporting), *inputs, *tables, run_steps=run_steps
+    )
     assert raw == parsed
     assert page_data(raw)["options"]["responses_per_step"] == 3

@@ -339,12 +339,18 @@ def test_bad_rescoring_parameters_are_one_line_errors():
         reference_plan("a", steps, {"reference": {"step": 3}})
     with pytest.raises(ConfigError, match=r"rescoring\.reference\.run = 'z' is not a run"):
         reference_plan("a", steps, {"reference": {"run": "z"}})
-    with pytest.raises(ConfigError, match=r"rescoring\.chunk is not a rescoring parameter"):
+    with pytest.raises(
+        ConfigError, match=r"unknown parameter rescoring\.chunk: valid keys here: batch_size"
+    ):
         rescoring_section({"chunk": 3})
-    with pytest.raises(ConfigError, match=r"rescoring\.dtype = 'fp8'"):
+    with pytest.raises(
+        ConfigError, match=r"rescoring\.dtype must be one of float32, bfloat16, float16, got 'fp8'"
+    ):
         rescoring_section({"dtype": "fp8"})
     lay = layout.layout_from_params({"runs": {"a": {"checkpoint_root": "/x", "steps": [0, 10]}}})
-    with pytest.raises(ConfigError, match=r"reference\.source = 'x'"):
+    with pytest.raises(
+        ConfigError, match=r"rescoring\.reference\.source must be one of generated, file, got 'x'"
+    ):
         create_pipeline(lay, {"rescoring": {"reference": {"source": "x"}}})
 
 

@@ -362,7 +362,11 @@ def test_embedding_is_bounded_and_said(demo):
     ("section", "needle"),
     [
         ([1], "reporting.explorer must be a mapping"),
-        ({"responses_per_stp": 3}, "unknown key(s) ['responses_per_stp']"),
+        (
+            {"responses_per_stp": 3},
+            "unknown parameter reporting.explorer.responses_per_stp: "
+            "did you mean reporting.explorer.responses_per_step?",
+        ),
         ({"responses_per_step": 0}, "responses_per_step must be a positive integer, got 0"),
         ({"steps": ["20"]}, "steps must be a list of non-negative integer steps"),
         ({"estimator": "ppo"}, "estimator must be one of grpo, dr_grpo, got 'ppo'"),
@@ -460,12 +464,12 @@ def test_node_builds_the_page_from_the_catalog_inputs(demo):
     assert run["keys"] == [list(k) for k in tr.choose_keys(DEMO, 2, seed=1)]
     assert page.count('<script type="application/json" id="hed-block-') == len(STEPS)
     # the pre-run check hands the node a ReportingParams (explorer parsed once): the same page
-    from hed.config.params import reporting_params
+    from hed.config.params import ReportingParams
 
-    parsed = reporting_params(
+    parsed = ReportingParams.of(
         {"explorer": {"responses_per_step": 2, "seed": 1, "estimator": "dr_grpo"}}
     )
-    assert parsed.explorer == ExplorerOptions(2, 2000, None, 1, "dr_grpo", True)
+    assert parsed.explorer == ExplorerOptions(responses_per_step=2, seed=1, estimator="dr_grpo")
     assert page == build_study_explorer(
         parsed,
         {},

@@ -286,10 +286,14 @@ def test_cut_responses_and_alternatives_without_a_tokenizer(demo):
     ("section", "needle"),
     [
         ([1], "must be a mapping"),
-        ({"responses_per_stp": 3}, "unknown key(s) ['responses_per_stp']"),
+        (
+            {"responses_per_stp": 3},
+            "unknown parameter reporting.token_report.responses_per_stp: "
+            "did you mean reporting.token_report.responses_per_step?",
+        ),
         ({"responses_per_step": 0}, "responses_per_step must be a positive integer, got 0"),
         ({"max_tokens_per_response": "9"}, "max_tokens_per_response must be a positive integer"),
-        ({"steps": ["20"]}, "steps must be null (every step) or a list"),
+        ({"steps": ["20"]}, "steps must be a list of non-negative integer steps (null: every"),
         ({"enabled": "false"}, "enabled must be true or false (unquoted)"),
         ({"seed": -1}, "seed must be a non-negative integer"),
     ],

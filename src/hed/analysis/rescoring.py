@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from hed.core.validators import positive_int
+from hed.config.model import Bool, NonNegativeInt, PositiveInt, PositiveNumber, Section
 from hed.decode.types import CONSISTENCY_TOLERANCE_NATS, ResponseToScore
 from hed.errors import ConfigError, HEDError
 from hed.records.schema import RECORD_KEY, RESCORED_RECORD_SCHEMA, record_key_columns
@@ -52,100 +52,51 @@ class RescoringConsistencyError(HEDError):
 # ------------------------------------------------------------------ parameters and plan
 
 
-@dataclass(frozen=True)
-class ReferenceSource:
-    """``rescoring.reference``: which responses every checkpoint of a run re-scores.
+class ReferenceSource(Section):
+    """``rescoring.reference``: which responses every checkpoint of a run re-scores."""
 
-    Attributes:
-        source: ``generated`` (HED's merged records) or ``file`` (``rescoring_user_responses``).
-        run: the run whose responses are re-scored (None: each run its own).
-        step: that run's step (None or ``last``: its last step).
-    """
+    section: ClassVar[str] = "rescoring.reference"
 
-    source: str = "generated"
+    source: Literal[REFERENCE_SOURCES] = "generated"  # type: ignore[valid-type]
+    """generated: HED's merged records; file: the ``rescoring_user_responses`` dataset."""
     run: str | None = None
-    step: int | str | None = None
+    """The run whose responses are re-scored (null: each run its own)."""
+    step: NonNegativeInt | Literal["last"] | None = None
+    """That run's step (null or last: its last step)."""
 
 
-@dataclass(frozen=True)
-class RescoringParams:
-    """``params:rescoring``, checked; the field defaults are the section's defaults (the one
-    place they are written in code; ``conf/base/parameters_rescoring.yml`` spells them out).
+class RescoringParams(Section):
+    """``rescoring`` (parameters_rescoring.yml): re-score responses teacher-forced."""
 
-    Attributes:
-        in_default: ``kedro run`` (``__default__``) includes the rescoring pipeline.
-        reference: which responses are re-scored (:class:`ReferenceSource`).
-        dtype: ``float32``, ``bfloat16`` or ``float16`` (float32 reproduces the decode-time
-            records to 1e-4 nats).
-        batch_size: responses per forward pass, ≥ 1.
-        chunk_positions: positions per LM-head chunk, ≥ 1.
-        temperature: T of softmax(z / T) (None: ``generation.temperature``).
-        top_prob_k: top-k kept per position (None: ``generation.top_prob_k``).
-        torch_threads: torch's CPU threads (None: torch's default).
-        percentile_bin_width: width of the base-percentile bins, in percent.
-        consistency_tolerance: nats; the float32 self-consistency bound.
-    """
+    section: ClassVar[str] = "rescoring"
 
-    in_default: bool = False
-    reference: ReferenceSource = field(default_factory=ReferenceSource)
-    dtype: str = "float32"
-    batch_size: int = 4
-    chunk_positions: int = 64
-    temperature: float | None = None
-    top_prob_k: int | None = None
-    torch_threads: int | None = None
-    percentile_bin_width: int = 5
-    consistency_tolerance: float = CONSISTENCY_TOLERANCE_NATS
-
-    @classmethod
-    def of(cls, value: Any) -> RescoringParams:
-        """``value`` if already parsed, else :func:`rescoring_section` of it."""
-        return value if isinstance(value, cls) else rescoring_section(value)
+    in_default: Bool = False
+    """``kedro run`` (``__default__``) includes the rescoring pipeline."""
+    reference: ReferenceSource = ReferenceSource()
+    """Which responses are re-scored."""
+    dtype: Literal[RESCORING_DTYPES] = "float32"  # type: ignore[valid-type]
+    """float32 reproduces the decode-time records to 1e-4 nats; or bfloat16, float16."""
+    batch_size: PositiveInt = 4
+    """Responses per forward pass."""
+    chunk_positions: PositiveInt = 64
+    """Positions per LM-head chunk."""
+    temperature: PositiveNumber | None = None
+    """T of softmax(z / T) (null: generation.temperature)."""
+    top_prob_k: PositiveInt | None = None
+    """Top-k kept per position (null: generation.top_prob_k)."""
+    torch_threads: NonNegativeInt | None = None
+    """Torch's CPU threads (null: torch's default)."""
+    percentile_bin_width: PositiveInt = 5
+    """Width of the base-percentile bins, in percent."""
+    consistency_tolerance: PositiveNumber = CONSISTENCY_TOLERANCE_NATS
+    """Nats; the float32 self-consistency bound."""
 
 
 #: ``rescoring`` parameters and their defaults, from :class:`RescoringParams`.
-RESCORING_DEFAULTS: dict[str, Any] = {
-    f.name: asdict(ReferenceSource()) if f.name == "reference" else f.default
-    for f in fields(RescoringParams)
-}
+RESCORING_DEFAULTS: dict[str, Any] = RescoringParams().model_dump()
 
-
-def rescoring_section(rescoring: Any) -> RescoringParams:
-    """``params:rescoring`` with defaults filled in, validated.
-
-    Raises:
-        ConfigError: not a mapping, an unknown key, an unknown ``reference.source`` or dtype,
-            or a batch size / chunk size that is not a positive integer.
-    """
-    if isinstance(rescoring, RescoringParams):
-        return rescoring
-    if rescoring is None:
-        rescoring = {}
-    if not isinstance(rescoring, dict):
-        raise ConfigError(f"parameter `rescoring` must be a mapping, got {rescoring!r}")
-    unknown = sorted(set(rescoring) - set(RESCORING_DEFAULTS))
-    if unknown:
-        raise ConfigError(
-            f"rescoring.{unknown[0]} is not a rescoring parameter; known: "
-            f"{', '.join(RESCORING_DEFAULTS)}"
-        )
-    merged = {**RESCORING_DEFAULTS, **rescoring}
-    reference = {**RESCORING_DEFAULTS["reference"], **(rescoring.get("reference") or {})}
-    unknown = sorted(set(reference) - set(RESCORING_DEFAULTS["reference"]))
-    if unknown:
-        raise ConfigError(f"rescoring.reference.{unknown[0]} is unknown: use source, run, step")
-    if reference["source"] not in REFERENCE_SOURCES:
-        raise ConfigError(
-            f"rescoring.reference.source = {reference['source']!r}: use generated or file"
-        )
-    merged["reference"] = ReferenceSource(**reference)
-    if merged["dtype"] not in RESCORING_DTYPES:
-        raise ConfigError(
-            f"rescoring.dtype = {merged['dtype']!r}: use one of {', '.join(RESCORING_DTYPES)}"
-        )
-    for name in ("batch_size", "chunk_positions"):
-        positive_int(merged[name], f"rescoring.{name}")
-    return RescoringParams(**merged)
+#: ``params:rescoring`` parsed (``None``: every default); one-line ConfigError otherwise.
+rescoring_section = RescoringParams.of
 
 
 @dataclass(frozen=True)

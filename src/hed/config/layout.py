@@ -32,10 +32,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
-from hed.config.params import GenerationParams, default
-from hed.config.sections import RUN_DEFAULTS
+from pydantic import WithJsonSchema
+
+from hed.config.model import Bool, Section
+from hed.config.params import GenerationParams
 from hed.core.validators import is_integer, positive_int
 from hed.decode.checkpoints import discover_steps
 from hed.errors import CheckpointError, ConfigError
@@ -49,6 +51,38 @@ _RUN_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 
 #: The data root of the base environment (``conf/base/globals.yml``).
 DEFAULT_DATA_ROOT = "data"
+
+
+class RunParams(Section):
+    """``runs.<run>`` (parameters.yml): one RL training run; the run name (letters, digits, ``_``,
+    ``-``) becomes part of dataset names."""
+
+    section: ClassVar[str] = "runs.<run>"
+
+    role: Literal[ROLES] = "single"  # type: ignore[valid-type]
+    """with_clip, without_clip (Figure 2's pair) or single (docs/configuration.md)."""
+    checkpoint_root: str | None = None
+    """Folder holding ``global_step_<N>/`` (verl) or ``checkpoint-<N>/`` (TRL / HF Trainer);
+    needed."""
+    steps: Annotated[
+        Any,
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"const": "all"},
+                    {"type": "integer", "minimum": 0},
+                    {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+                ]
+            }
+        ),
+    ] = "all"
+    """List of steps, or all (every step folder found when the pipelines are built)."""
+    embedded: Bool = False
+    """Materialise the embedded SmolLM2 into checkpoint_root/global_step_0/actor_hf if missing."""
+
+
+#: The defaults of a run's keys (``runs.<run>``), from :class:`RunParams`.
+RUN_DEFAULTS: dict[str, Any] = RunParams().model_dump(exclude={"checkpoint_root"})
 
 
 @dataclass(frozen=True)
@@ -193,21 +227,17 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
             )
         if not isinstance(cfg, dict):
             raise ConfigError(f"runs.{name} must be a mapping with checkpoint_root, steps and role")
-        role = cfg.get("role", RUN_DEFAULTS["role"])
-        if role not in ROLES:
-            raise ConfigError(f"runs.{name}.role is {role!r}: use one of {', '.join(ROLES)}")
-        root = cfg.get("checkpoint_root")
+        run = RunParams.of(cfg, section=f"runs.{name}")
+        root, embedded, given = run.checkpoint_root, run.embedded, run.steps
         if not root:
             others = [str(n) for n in runs_cfg if n != name and isinstance(runs_cfg[n], dict)]
             near = difflib.get_close_matches(str(name), others, n=1, cutoff=0.6)
             hint = f"; a new run needs one (did you mean run {near[0]}?)" if near else ""
             raise ConfigError(f"runs.{name}.checkpoint_root is missing{hint}")
-        embedded = bool(cfg.get("embedded", RUN_DEFAULTS["embedded"]))
-        given = cfg.get("steps", RUN_DEFAULTS["steps"])
         runs.append(
             RunSpec(
                 name=str(name),
-                role=role,
+                role=run.role,
                 checkpoint_root=str(root),
                 steps=_parse_steps(name, given, str(root), embedded),
                 embedded=embedded,
@@ -217,17 +247,14 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
     generation = params.get("generation")
     if isinstance(generation, GenerationParams):  # parsed before the run: already checked
         return StudyLayout(runs=tuple(runs), num_shards=generation.num_shards)
-    if generation is None:
-        generation = {}
-    if not isinstance(generation, dict):
+    if generation is not None and not isinstance(generation, Mapping):
         raise ConfigError(
             "parameter `generation` must be a mapping (parameters_generation.yml), "
             f"got {generation!r}"
         )
-    num_shards = positive_int(
-        generation.get("num_shards", default("generation", "num_shards")), "generation.num_shards"
-    )
-    return StudyLayout(runs=tuple(runs), num_shards=num_shards)
+    default = GenerationParams.model_fields["num_shards"].default
+    shards = positive_int((generation or {}).get("num_shards", default), "generation.num_shards")
+    return StudyLayout(runs=tuple(runs), num_shards=shards)
 
 
 @dataclass(frozen=True)
@@ -314,7 +341,9 @@ def unknown_env(conf: Path, env: str | None) -> str | None:
     if not env or (conf / env).is_dir():
         return None
     folders = conf.iterdir() if conf.is_dir() else ()
-    valid = sorted(p.name for p in folders if p.is_dir() and not p.name.startswith("."))
+    valid = sorted(
+        p.name for p in folders if p.is_dir() and p.name[0] != "." and p.name != "schema"
+    )
     near = difflib.get_close_matches(env, valid, n=1, cutoff=0.5)
     hint = f"did you mean --env {near[0]}? " if near else ""
     return (

@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
+from hed.analysis.rescoring import RescoringParams
 from hed.config import layout, params
 from hed.config.analysis_params import analyses_params, dynamics_params
+from hed.config.layout import RUN_DEFAULTS
 from hed.config.mini_rl import mini_rl_params, task_params
-from hed.config.prompt_params import PromptsParams, prompts_params
+from hed.config.prompt_params import PromptsParams
 from hed.config.publish import publish_params
-from hed.config.sections import RUN_DEFAULTS
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import CheckpointError, ConfigError
 from hed.pass1.config import EXPORT_DIR, metrics_params
@@ -133,105 +134,80 @@ def _versions_folder(path: str) -> str:
 
 
 def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
-    """Check the parameters every node of the run will read, before the first node runs.
-
-    See :func:`parsed_sections` (which this calls).
-
-    Returns:
-        The sections checked, e.g. ``["generation", "aggregation"]``.
+    """The sections :func:`parsed_sections` checks, e.g. ``["generation", "aggregation"]``.
 
     Raises:
-        ConfigError: the first invalid value, in the nodes' own one-line wording.
+        ConfigError: the first invalid value, in one line.
     """
     return list(parsed_sections(pipeline, catalog))
+
+
+#: Each section a node may read and its model's parser (a raw mapping or ``None`` -> the
+#: typed section; :data:`hed.config.sections.FILES` lists the same models per file).
+PARSERS: dict[str, Any] = {
+    "prompts": PromptsParams.of,
+    "generation": params.GenerationParams.of,
+    "aggregation": params.AggregationParams.of,
+    "reporting": params.ReportingParams.of,
+    "rescoring": RescoringParams.of,
+    "publish": publish_params,
+    "dynamics": dynamics_params,
+    "analyses": analyses_params,
+    "mini_rl.task": task_params,
+}
 
 
 def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -> dict[str, Any]:
     """Parse every parameter section the pipeline reads, once, before the first node runs.
 
     A bad ``aggregation.top_entropy_frac`` or ``reporting.top_n_words`` would otherwise
-    surface only after hours of generation. Parsed here, for the sections the pipeline reads,
-    with the rules of :mod:`hed.config.params`: ``runs`` (names, roles, steps:
-    :func:`hed.config.layout.layout_from_params`), ``prompts``
-    (:func:`hed.config.prompt_params.prompts_params`), ``generation`` (sampling parameters, dtype,
-    backend), ``aggregation`` (``top_entropy_frac``, the lexicon), ``reporting`` (section
-    shape, ``top_n_words``, ``fig3.steps``, ``fig2_measure``, the figures' style
-    ``figure2``/``figure3``, ``token_report``, ``explorer``) and, with
-    ``reporting.strict: true``, the completeness rules that need no data
-    (:func:`check_strict_completeness`), ``rescoring``
-    (:func:`hed.analysis.rescoring.rescoring_section`), ``publish`` (destinations and their
-    targets: :func:`hed.config.publish.publish_params`), ``dynamics`` and ``analyses``
-    (:mod:`hed.config.analysis_params`), ``metrics`` (each run's pass@1 sources:
-    :func:`hed.pass1.config.metrics_params`), ``mini_rl`` and ``mini_rl.task`` (the training's
-    shape, counts and task sets: :func:`hed.config.mini_rl.mini_rl_params`; what needs trl or
-    ``runs`` is checked by the training node). Unknown keys are refused earlier, when
-    the session starts (:func:`hed.config.sections.check_unknown_keys`).
+    surface only after hours of generation. Each section is parsed by its model
+    (:data:`PARSERS`; ``runs`` into the :class:`~hed.config.layout.StudyLayout`, ``metrics``
+    and ``mini_rl`` with the runs and the data root they read), then the rules across sections
+    that need no data: ``reporting.strict`` (:func:`check_strict_completeness`), the pages'
+    steps (:func:`check_token_report_steps`), ``analyses.reference_run``. Unknown keys are
+    refused earlier, when the session starts (:func:`hed.config.sections.check_unknown_keys`).
 
     Args:
         pipeline: the pipeline about to run.
         catalog: the run's catalog (holds ``params:<section>``).
-        data_root: the run's data root (the hook passes the session's; None:
-            :func:`hed.config.layout.data_root`): the W&B export folder and mini_rl's default
-            W&B folder lie under it.
+        data_root: the run's data root (None: :func:`hed.config.layout.data_root`): the W&B
+            export folder and mini_rl's default W&B folder lie under it.
 
     Returns:
-        ``{section: parsed}`` in check order: a :class:`~hed.config.layout.StudyLayout` for
-        ``runs``, :class:`~hed.config.prompt_params.PromptsParams`,
-        :class:`~hed.config.params.GenerationParams`,
-        :class:`~hed.config.params.AggregationParams`, :class:`~hed.config.params.ReportingParams`,
-        :class:`~hed.analysis.rescoring.RescoringParams`,
-        :class:`~hed.config.analysis_params.DynamicsParams`,
-        :class:`~hed.config.analysis_params.AnalysesParams`,
-        :class:`~hed.config.publish.PublishParams`, :class:`~hed.pass1.config.MetricsParams`,
-        :class:`~hed.config.mini_rl.MiniRLParams`, :class:`~hed.config.mini_rl.TaskParams`.
+        ``{section: parsed}`` for the sections the pipeline reads, ``runs`` first.
 
     Raises:
-        ConfigError: the first invalid value, in the nodes' own one-line wording.
+        ConfigError: the first invalid value, in one line.
     """
-    from hed.analysis.rescoring import rescoring_section
-
     datasets = pipeline.datasets()
     root = layout.data_root() if data_root is None else data_root
 
     def load(name: str) -> Any:
         return catalog.load(f"params:{name}") if f"params:{name}" in catalog else None
 
+    runs = load("runs")
     parsed: dict[str, Any] = {}
     if "params:runs" in datasets:
-        parsed["runs"] = layout.layout_from_params(
-            {"runs": load("runs"), "generation": load("generation") or {}}
-        )
-    if "params:prompts" in datasets:
-        parsed["prompts"] = prompts_params(load("prompts"))
-    if "params:generation" in datasets:
-        parsed["generation"] = params.generation_params(load("generation"))
-    if "params:aggregation" in datasets:
-        parsed["aggregation"] = params.aggregation_params(load("aggregation"))
-    if "params:reporting" in datasets:
-        reporting = parsed["reporting"] = params.reporting_params(load("reporting"))
-        if reporting.strict:
-            check_strict_completeness(reporting, load("runs") or {}, load("metrics"))
-        check_token_report_steps(reporting, load("runs") or {}, parsed.get("runs"))
-    if "params:rescoring" in datasets:
-        parsed["rescoring"] = rescoring_section(load("rescoring"))
-    if "params:publish" in datasets:
-        parsed["publish"] = publish_params(load("publish"))
-    if "params:dynamics" in datasets:
-        parsed["dynamics"] = dynamics_params(load("dynamics"))
-    if "params:analyses" in datasets:
-        parsed["analyses"] = analyses_params(load("analyses"))
-        check_reference_run(parsed["analyses"].reference_run, load("runs"))
+        parsed["runs"] = layout.layout_from_params({"runs": runs, "generation": load("generation")})
+    for name, parse in PARSERS.items():
+        if f"params:{name}" in datasets:
+            parsed[name] = parse(load(name))
+    if "aggregation" in parsed:
+        parsed["aggregation"].parsed_lexicon  # noqa: B018 - a missing lexicon, refused now
+    if "reporting" in parsed:
+        if parsed["reporting"].strict:
+            check_strict_completeness(parsed["reporting"], runs or {}, load("metrics"))
+        check_token_report_steps(parsed["reporting"], runs or {}, parsed.get("runs"))
+    if "analyses" in parsed:
+        check_reference_run(parsed["analyses"].reference_run, runs)
     if "params:metrics" in datasets:
-        runs = load("runs")
+        names = list(runs) if isinstance(runs, Mapping) else None
         parsed["metrics"] = metrics_params(
-            load("metrics"),
-            runs=list(runs) if isinstance(runs, Mapping) else None,
-            export_dir=f"{root}/{EXPORT_DIR}",
+            load("metrics"), runs=names, export_dir=f"{root}/{EXPORT_DIR}"
         )
     if "params:mini_rl" in datasets:
         parsed["mini_rl"] = mini_rl_params(load("mini_rl"), root)
-    if "params:mini_rl.task" in datasets:
-        parsed["mini_rl.task"] = task_params(load("mini_rl.task"))
     return parsed
 
 
@@ -250,37 +226,16 @@ def check_reference_run(reference_run: str | None, runs: Any) -> None:
     )
 
 
-#: Sections whose nodes take the parsed object (``StudyLayout.of``, ``PromptsParams.of``,
-#: ``GenerationParams.of``, ``AggregationParams.of``, ``ReportingParams.of``,
-#: ``rescoring_section``, ``DynamicsParams.of``, ``AnalysesParams.of``, ``PublishParams.of``,
-#: ``MetricsParams.of``, ``MiniRLParams.of``, ``TaskParams.of`` accept it): the pre-run check
-#: hands these to them in place of the raw dict.
-TYPED_SECTIONS = (
-    "runs", "prompts", "generation", "aggregation", "reporting", "rescoring", "dynamics",
-    "analyses", "publish", "metrics", "mini_rl", "mini_rl.task",
-)  # fmt: skip
+#: Sections the pre-run check hands to the nodes parsed (each node's ``<Model>.of`` takes the
+#: parsed object as it is).
+TYPED_SECTIONS = ("runs", *PARSERS, "metrics", "mini_rl")
 
 
 def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
-    """Put the parsed sections of :data:`TYPED_SECTIONS` into the run's catalog.
-
-    ``params:runs`` then holds a :class:`~hed.config.layout.StudyLayout` (``steps: all``
-    resolved on disk once, here), ``params:prompts`` a
-    :class:`~hed.config.prompt_params.PromptsParams`,
-    ``params:generation`` a :class:`~hed.config.params.GenerationParams`,
-    ``params:aggregation`` an :class:`~hed.config.params.AggregationParams`,
-    ``params:reporting`` a :class:`~hed.config.params.ReportingParams`,
-    ``params:rescoring`` a :class:`~hed.analysis.rescoring.RescoringParams`,
-    ``params:dynamics`` a :class:`~hed.config.analysis_params.DynamicsParams`,
-    ``params:analyses`` an :class:`~hed.config.analysis_params.AnalysesParams`,
-    ``params:publish`` a :class:`~hed.config.publish.PublishParams`, ``params:metrics`` a
-    :class:`~hed.pass1.config.MetricsParams`, ``params:mini_rl`` a
-    :class:`~hed.config.mini_rl.MiniRLParams` and ``params:mini_rl.task`` a
-    :class:`~hed.config.mini_rl.TaskParams`: the nodes read
-    attributes, nothing is parsed again (``ReportingParams`` carries the figures' style, the
-    token report's and the explorer's options parsed). One exception: a pass@1 source's
-    ``options`` (:class:`~hed.pass1.config.MetricsParams`) stay a checked dict per source,
-    read by key in the metrics and analyses nodes. The whole ``parameters`` dataset (what
+    """Put the parsed sections of :data:`TYPED_SECTIONS` into the run's catalog, in place of
+    the raw dicts: the nodes read attributes, nothing is parsed again (``params:runs`` holds the
+    :class:`~hed.config.layout.StudyLayout`, ``steps: all`` resolved on disk once). A pass@1
+    source's ``options`` stay a checked dict per source. The whole ``parameters`` dataset (what
     ``resolved_config`` records) is left as configured.
 
     Returns:

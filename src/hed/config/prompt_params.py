@@ -1,58 +1,69 @@
-"""The typed ``prompts`` parameter section, parsed once.
+"""The typed ``prompts`` parameter section (parameters_generation.yml).
 
-:class:`PromptsParams` (``params:prompts``: which column holds the prompt and which the
-reference answer, how many prompts are sampled, duplicates, the instruction suffix and the
-rendering) is built by :func:`prompts_params` in the pre-run check
-(:func:`hed.config.preflight.parsed_sections`) and handed to the nodes of generation,
-aggregation, rescoring and mini_rl, which read attributes. A node given a raw dict (a test, a
-notebook) parses it with the same function (``PromptsParams.of``).
-
-The rendering keys (``apply_chat_template``, ``enable_thinking``, ``system_prompt``) are parsed
-into the decoding layer's own type, :class:`hed.decode.prompts.PromptRendering`, which
-:func:`hed.decode.prompts.render_prompt` applies. Each default is written once, in these two
-classes; :data:`hed.config.sections.SECTIONS` lists the same defaults, taken from them.
+:class:`PromptsParams` is parsed once before the run and handed to the nodes of generation,
+aggregation, rescoring and mini_rl, which read attributes; a node given a raw dict (a test, a
+notebook) parses it with the same ``PromptsParams.of``. The rendering keys
+(``apply_chat_template``, ``enable_thinking``, ``system_prompt``) become the decoding layer's
+:class:`hed.decode.prompts.PromptRendering` (:attr:`PromptsParams.rendering`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
-from hed.core.validators import boolean, integer, positive_int, section
+from pydantic import BeforeValidator, Field, field_validator
+
+from hed.config.model import Bool, Int, PositiveInt, Section
 from hed.decode.prompts import DUPLICATE_POLICIES, PromptRendering, check_duplicate_policy
-from hed.errors import ConfigError
 
 
-@dataclass(frozen=True)
-class PromptsParams:
-    """``params:prompts``, checked (see ``conf/base/parameters_generation.yml``).
+def _columns(columns: Any) -> Any:
+    if isinstance(columns, str):
+        return [columns]  # `prompt_columns: problem` means one column, not its letters
+    if not isinstance(columns, list | tuple) or not columns:
+        raise ValueError("a list of column names (e.g. [problem, question])")
+    return columns
 
-    Attributes:
-        prompt_columns: candidate names of the prompt column, the first present is used (a
-            single name is a list of one).
-        answer_column: the reference answer's column, or a struct field as
-            ``<column>.<field>`` (verl's ``reward_model.ground_truth``); None: no grading.
-        num_prompts: prompts sampled from the file (None: every row), ≥ 1.
-        seed: seed of that sample.
-        rendering: how a prompt becomes the model's input
-            (:class:`hed.decode.prompts.PromptRendering`; the section's flat keys
-            ``apply_chat_template``, ``enable_thinking``, ``system_prompt``).
-        instruction_suffix: appended to every problem text (part of the prompt and its id).
-        duplicates: repeated prompts: ``drop`` all but the first, or ``keep`` them.
-    """
 
-    prompt_columns: tuple[str, ...] = ("prompt", "question", "problem")
+class PromptsParams(Section):
+    """``prompts``: which column holds the prompt and the answer, the sample, the rendering."""
+
+    section: ClassVar[str] = "prompts"
+
+    prompt_columns: Annotated[tuple[str, ...], BeforeValidator(_columns), Field(min_length=1)] = (
+        "prompt", "question", "problem")  # fmt: skip
+    """The first of these columns present in the file holds the prompt."""
     answer_column: str | None = None
-    num_prompts: int | None = None
-    seed: int = 0
-    rendering: PromptRendering = field(default_factory=PromptRendering)
-    instruction_suffix: str = ""
-    duplicates: str = DUPLICATE_POLICIES[0]
+    """The reference answer's column, or a struct field as ``<column>.<field>`` (verl's
+    ``reward_model.ground_truth``); null: no grading."""
+    num_prompts: PositiveInt | None = None
+    """Sample this many prompts without replacement (null = all); more than the file has is an
+    error."""
+    seed: Int = 0
+    """Seed of that sample (``numpy.random.default_rng``)."""
+    apply_chat_template: Bool = True
+    """Wrap each prompt in the tokenizer's chat template, when it has one."""
+    enable_thinking: Bool | None = None
+    """Passed to the chat template where it accepts it (Qwen3); null: omitted."""
+    system_prompt: str | None = None
+    """A system message before the user's (null: none)."""
+    instruction_suffix: str | None = ""
+    """Appended to every problem text (part of the prompt and its id)."""
+    duplicates: Annotated[
+        Literal[DUPLICATE_POLICIES], BeforeValidator(check_duplicate_policy)  # type: ignore[valid-type]
+    ] = DUPLICATE_POLICIES[0]
+    """Rows whose prompt (with the suffix) is an earlier row's (the same prompt_id): drop keeps
+    the first of each, keep keeps them all; either way a warning gives the count."""
 
+    @field_validator("instruction_suffix")
     @classmethod
-    def of(cls, value: Any) -> PromptsParams:
-        """``value`` if already parsed, else :func:`prompts_params` of it."""
-        return value if isinstance(value, cls) else prompts_params(value)
+    def _no_suffix(cls, suffix: str | None) -> str:
+        return suffix or ""
+
+    @property
+    def rendering(self) -> PromptRendering:
+        """How a prompt becomes the model's input (the three rendering keys)."""
+        return PromptRendering(self.apply_chat_template, self.enable_thinking, self.system_prompt)
 
     def rendering_keys(self) -> dict[str, Any]:
         """What the policy is trained on besides the problems (mini_rl):
@@ -60,56 +71,7 @@ class PromptsParams:
         return {**self.rendering.as_params(), "instruction_suffix": self.instruction_suffix}
 
 
-def prompts_params(value: Any) -> PromptsParams:
-    """Check ``params:prompts`` (``None``, an empty YAML section: every default).
-
-    Raises:
-        ConfigError: the section is not a mapping; ``prompt_columns`` null, empty or not a list;
-            ``answer_column``, ``system_prompt`` not a string or null; ``instruction_suffix``
-            not a string; ``num_prompts`` not a positive integer or null; ``seed`` not an
-            integer; ``apply_chat_template`` not true/false; ``enable_thinking`` not
-            true/false/null; ``duplicates`` not drop/keep. Each message names
-            ``prompts.<key>``.
-    """
-    raw = section(value, "prompts", "parameters_generation.yml")
-    defaults = PromptsParams()
-    columns = raw.get("prompt_columns", defaults.prompt_columns)
-    if isinstance(columns, str):
-        columns = [columns]  # `prompt_columns: problem` means one column, not its letters
-    if not isinstance(columns, list | tuple) or not columns:
-        raise ConfigError(
-            f"prompts.prompt_columns must be a list of column names (e.g. [problem, question]), "
-            f"got {columns!r}"
-        )
-    return PromptsParams(
-        prompt_columns=tuple(columns),
-        answer_column=_text(raw.get("answer_column", defaults.answer_column), "answer_column"),
-        num_prompts=positive_int(raw.get("num_prompts"), "prompts.num_prompts", allow_none=True),
-        seed=integer(raw.get("seed", defaults.seed), "prompts.seed"),
-        rendering=_rendering(raw),
-        instruction_suffix=_text(raw.get("instruction_suffix"), "instruction_suffix") or "",
-        duplicates=check_duplicate_policy(raw.get("duplicates", defaults.duplicates)),
-    )
-
-
-def _rendering(raw: dict[str, Any]) -> PromptRendering:
-    rendering = PromptRendering.of(raw)
-    boolean(rendering.apply_chat_template, "prompts.apply_chat_template")
-    if rendering.enable_thinking is not None:
-        boolean(rendering.enable_thinking, "prompts.enable_thinking")
-    _text(rendering.system_prompt, "system_prompt")
-    return rendering
-
-
-def _text(value: Any, key: str) -> str | None:
-    """A string parameter of ``prompts`` (null allowed).
-
-    Raises:
-        ConfigError: ``prompts.<key> must be a string or null, got <value>``.
-    """
-    if value is not None and not isinstance(value, str):
-        raise ConfigError(f"prompts.{key} must be a string or null, got {value!r}")
-    return value
-
+#: ``params:prompts`` parsed (``None``: every default); one-line ConfigError otherwise.
+prompts_params = PromptsParams.of
 
 __all__ = ["PromptsParams", "prompts_params"]

@@ -1,211 +1,76 @@
-"""Every key each parameter section may hold, its default, and the unknown-key check.
+"""Every parameters file, the sections it holds, and the unknown-key check over all of them.
 
-:data:`SECTIONS` lists, for every parameter section HED reads (``runs.<run>``, ``prompts``,
-``generation``, ``aggregation``, ``metrics``, ``reporting``, ``publish``, ``dynamics``,
-``rescoring``, ``mini_rl``), the keys it may hold and their defaults. A key not listed is an
-error naming the key, the file (or ``--params``) that set it and the nearest valid key
-(:func:`check_unknown_keys`): a misspelt ``temprature: 0.7`` would otherwise be ignored and
-sampling run at 1.0.
-
-Defaults that a typed section already declares are taken from it, so each lives in one place:
-the sampling settings from :class:`hed.decode.types.SamplingParams`, the vLLM engine's from
-:class:`hed.decode.types.VLLMSettings`, the rescoring's from
-:data:`hed.analysis.rescoring.RESCORING_DEFAULTS`, the dynamics' and the analyses' from
-:mod:`hed.config.analysis_params`, the figures' style from :mod:`hed.report.style`, the
-token report's and the explorer's options from their dataclasses,
-``aggregation.chunk_records`` from :data:`hed.records.arrow_stream.DEFAULT_CHUNK`, the prompts'
-from :mod:`hed.config.prompt_params`,
-publishing's from :class:`hed.config.publish.PublishParams`, the W&B keys of ``metrics`` from
-:class:`hed.pass1.config.WandbDefaults`, the mini-RL training's from
-:class:`hed.config.mini_rl.MiniRLParams` and its parts, a run's from :data:`RUN_DEFAULTS`.
-``conf/base/parameters_*.yml`` write the same values out for users (a test keeps them equal).
+:data:`FILES` names, for each ``conf/<env>/parameters*.yml``, the sections it holds and the
+model of each (:class:`hed.config.model.Section`): the one place a section's keys, defaults,
+types and ranges are declared. :func:`check_unknown_keys` refuses, when the session starts, a
+key no model declares (a misspelt ``temprature: 0.7`` would otherwise be ignored and sampling
+run at 1.0), naming the file that set it and the nearest valid key. The JSON Schema of each file
+and docs/parameters.md are generated from the same models (:mod:`hed.config.schema`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import fnmatch
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hed.analysis.covariance import CovarianceSettings
-from hed.analysis.rescoring import RESCORING_DEFAULTS
-from hed.config.analysis_params import (
-    AnalysesParams,
-    DeltaLogprobSettings,
-    DynamicsParams,
-    MismatchSettings,
-    TrainerEntropySettings,
-)
-from hed.config.mini_rl import (
-    BaseModelParams,
-    MiniRLParams,
-    TaskParams,
-    TrainingWandbParams,
-    ValidationParams,
-)
+from pydantic import BaseModel, ValidationError, create_model
+
+from hed.analysis.rescoring import RescoringParams
+from hed.config.analysis_params import AnalysesParams, DynamicsParams
+from hed.config.layout import RUN_DEFAULTS, RunParams
+from hed.config.messages import config_error
+from hed.config.mini_rl import MiniRLParams
+from hed.config.model import Section
+from hed.config.params import AggregationParams, GenerationParams, ReportingParams
 from hed.config.prompt_params import PromptsParams
-from hed.config.publish import HubPublishParams, PublishParams, WandbPublishParams
-from hed.decode.prompts import DUPLICATE_POLICIES, PromptRendering
-from hed.decode.types import SamplingParams, VLLMSettings
-from hed.errors import ConfigError
-from hed.pass1.config import MetricsParams, WandbDefaults
-from hed.records.arrow_stream import DEFAULT_CHUNK
-from hed.records.shard_metadata import DECODING_DEFAULTS
-from hed.report.explorer.options import ExplorerOptions
-from hed.report.style import DYNAMICS_STYLE, FIGURE2_STYLE, FIGURE3_STYLE
-from hed.report.token_report.options import TokenReportOptions
+from hed.config.publish import PublishParams
+from hed.pass1.config import MetricsParams
 
-
-def _defaults_of(cls: type, *, skip: Sequence[str] = ()) -> dict[str, Any]:
-    """``{field: default}`` of a dataclass as YAML writes it, in field order: ``...`` for a field
-    without a default, a tuple as a list, a nested section (a dataclass) as ``{}`` (its keys
-    are listed under its own dotted name). Fields in ``skip`` (derived, not keys) are left out.
-
-    E.g. ``_defaults_of(DeltaLogprobSettings)`` → ``{"top_n": 20, "min_count": 2}``.
-    """
-    out: dict[str, Any] = {}
-    for field in dataclasses.fields(cls):
-        if field.name in skip:
-            continue
-        value = field.default
-        if value is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
-            value = field.default_factory()
-        if value is dataclasses.MISSING:
-            value = ...
-        elif dataclasses.is_dataclass(value):
-            value = {}
-        out[field.name] = list(value) if isinstance(value, tuple) else value
-    return out
-
-
-def _flat(cls: type, nested: str, inner: type) -> dict[str, Any]:
-    """The defaults of ``cls`` with its field ``nested`` (an ``inner`` dataclass) written as the
-    section's own keys, where it stood (``dynamics.kl_cov_ratio`` is
-    ``DynamicsParams.covariance.kl_cov_ratio``)."""
-    out: dict[str, Any] = {}
-    for key, value in _defaults_of(cls).items():
-        out.update(_defaults_of(inner) if key == nested else {key: value})
-    return out
-
-
-#: The defaults of a run's keys (``runs.<run>``; ``checkpoint_root`` has none): their one
-#: place (:func:`hed.config.layout.layout_from_params` reads them).
-RUN_DEFAULTS: dict[str, Any] = {"role": "single", "steps": "all", "embedded": False}
-
-#: Every key each section may hold, with its default (``...``: no default, the key is needed
-#: where it is read). Keys of a ``*`` entry are free (run names, words, GRPOConfig fields);
-#: ``<name>`` stands for one level of free names whose values follow the nested schema.
-SECTIONS: dict[str, dict[str, Any]] = {
-    "runs.<run>": {"checkpoint_root": ..., **RUN_DEFAULTS},  # role, steps, embedded
-    # prompt_columns, answer_column, num_prompts, seed, the rendering keys
-    # (apply_chat_template, enable_thinking, system_prompt), instruction_suffix, duplicates
-    "prompts": _flat(PromptsParams, "rendering", PromptRendering),
-    "generation": {
-        "num_shards": 1,
-        "samples_per_prompt": ...,
-        **_defaults_of(SamplingParams),  # temperature, top_p, top_k, max_new_tokens, ...
-        "dtype": DECODING_DEFAULTS["dtype"],
-        "torch_threads": None,
-        "log_every_s": 30,
-        "backend": DECODING_DEFAULTS["backend"],
-        "vllm": {},
-    },
-    "generation.vllm": _defaults_of(VLLMSettings),
-    "aggregation": {"top_entropy_frac": 0.2, "chunk_records": DEFAULT_CHUNK, "lexicon": None},
-    "aggregation.lexicon": {"*": None},
-    "metrics": _defaults_of(MetricsParams),  # wandb_defaults, runs
-    "metrics.wandb_defaults": _defaults_of(WandbDefaults),
-    "metrics.runs.<run>": {"sources": {}, "figure_source": None},
-    "reporting": {
-        "strict": False,
-        "top_n_words": 20,
-        "fig2_measure": "count",
-        "fig3": {},
-        "figure2": {},
-        "figure3": {},
-        "token_report": {},
-        "explorer": {},
-    },
-    "reporting.token_report": _defaults_of(TokenReportOptions),  # responses_per_step, ...
-    "reporting.explorer": _defaults_of(ExplorerOptions),  # ..., estimator, enabled
-    "reporting.fig3": {"steps": None},
-    "reporting.figure2": FIGURE2_STYLE.as_params(),  # panel_size, dpi
-    "reporting.figure3": FIGURE3_STYLE.as_params(),
-    "publish": _defaults_of(PublishParams),
-    "publish.wandb": _defaults_of(WandbPublishParams),
-    "publish.hub": _defaults_of(HubPublishParams),
-    # estimators, epsilon, the covariance settings (kl_cov_ratio, clip_cov_band, batch_records)
-    "dynamics": _flat(DynamicsParams, "covariance", CovarianceSettings),
-    "dynamics.figures": DYNAMICS_STYLE.as_params(),
-    "rescoring": {**RESCORING_DEFAULTS, "reference": {}},
-    "rescoring.reference": RESCORING_DEFAULTS["reference"],
-    "analyses": _defaults_of(AnalysesParams),  # reference_run, mismatch, ..., dpi
-    "analyses.mismatch": _defaults_of(MismatchSettings),
-    "analyses.trainer_entropy": _defaults_of(TrainerEntropySettings),
-    "analyses.delta_logprob": _defaults_of(DeltaLogprobSettings),
-    "mini_rl": _defaults_of(MiniRLParams, skip=("raw",)),
-    "mini_rl.base_model": _defaults_of(BaseModelParams),
-    "mini_rl.wandb": _defaults_of(TrainingWandbParams),
-    "mini_rl.task": _defaults_of(TaskParams),
-    "mini_rl.validation": _defaults_of(ValidationParams),
+#: Each parameters file of an environment and the model of every section it holds.
+FILES: dict[str, dict[str, Any]] = {
+    "parameters.yml": {"runs": dict[str, RunParams]},
+    "parameters_generation.yml": {"prompts": PromptsParams, "generation": GenerationParams},
+    "parameters_aggregation.yml": {"aggregation": AggregationParams},
+    "parameters_reporting.yml": {"reporting": ReportingParams},
+    "parameters_rescoring.yml": {"rescoring": RescoringParams},
+    "parameters_dynamics.yml": {"dynamics": DynamicsParams},
+    "parameters_analyses.yml": {"analyses": AnalysesParams},
+    "parameters_metrics.yml": {"metrics": MetricsParams},
+    "parameters_publish.yml": {"publish": PublishParams},
+    "parameters_mini_rl.yml": {"mini_rl": MiniRLParams},
 }
 
-#: The top-level parameter names HED reads (the keys of ``conf/<env>/parameters*.yml``).
-TOP_LEVEL = ("runs", "prompts", "generation", "aggregation", "metrics", "reporting", "publish",
-             "mini_rl", "dynamics", "rescoring", "analyses")  # fmt: skip
+#: The top-level parameter names HED reads, and the file each belongs in.
+TOP_LEVEL: dict[str, str] = {name: file for file, names in FILES.items() for name in names}
 
 
-def _schema_for(path: str) -> dict[str, Any] | None:
-    """The schema of the section at dotted ``path`` (``runs.dapo``, ``metrics.runs.x``)."""
-    for pattern, schema in SECTIONS.items():
-        if fnmatch.fnmatchcase(path, pattern.replace("<run>", "*")) and path.count(
-            "."
-        ) == pattern.count("."):
-            return schema
-    return None
+def _typed(model: Any) -> Any:
+    """``model``, or a free mapping where a section is not a pydantic model (yet)."""
+    plain = isinstance(model, type) and not issubclass(model, BaseModel)
+    return dict[str, Any] if plain else model
 
 
-def unknown_keys(params: Mapping[str, Any]) -> list[tuple[str, str | None]]:
-    """Every key of ``params`` that no section lists, with the nearest valid key.
+def file_model(sections: Mapping[str, Any], name: str = "Parameters") -> type[Section]:
+    """A model of a parameters file: each of ``sections`` optional (an environment's file may
+    set one key of one section; the merged whole is checked before the run)."""
+    fields: Any = {key: (_typed(model) | None, None) for key, model in sections.items()}
+    return create_model(name, __base__=Section, **fields)
 
-    Args:
-        params: the whole parameters mapping of an environment (runtime ``--params`` merged).
 
-    Returns:
-        ``[(dotted_key, nearest_valid_dotted_key_or_None), ...]`` in the order met.
-    """
-    found: list[tuple[str, str | None]] = []
+#: Every section of every file: what :func:`check_unknown_keys` validates.
+PARAMETERS = file_model({k: v for f in FILES.values() for k, v in f.items()})
 
-    def walk(path: str, value: Any) -> None:
-        schema = _schema_for(path)
-        if schema is None or "*" in schema or not isinstance(value, Mapping):
-            return
-        for raw_key, child in value.items():
-            key = str(raw_key)
-            if key not in schema:
-                near = difflib.get_close_matches(key, list(schema), n=1, cutoff=0.6)
-                found.append((f"{path}.{key}", f"{path}.{near[0]}" if near else None))
-                continue
-            walk(f"{path}.{key}", child)
 
-    for raw_key, value in params.items():
-        key = str(raw_key)
-        if key not in TOP_LEVEL:
-            near = difflib.get_close_matches(key, TOP_LEVEL, n=1, cutoff=0.6)
-            found.append((key, near[0] if near else None))
-        elif key == "runs" and isinstance(value, Mapping):
-            for run, cfg in value.items():
-                walk(f"runs.{run}", cfg)
-        elif key == "metrics" and isinstance(value, Mapping):
-            walk("metrics", {k: v for k, v in value.items() if k != "runs"})
-            for run, cfg in (value.get("runs") or {}).items():
-                walk(f"metrics.runs.{run}", cfg)
-        else:
-            walk(key, value)
-    return found
+class _Origins(dict):
+    """``sources`` for :func:`~hed.config.messages.config_error` from a function of the key."""
+
+    def __init__(self, origin: Callable[[str], str] | None) -> None:
+        super().__init__()
+        self.origin = origin
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.origin(key) if self.origin else default
 
 
 def check_unknown_keys(
@@ -213,31 +78,23 @@ def check_unknown_keys(
 ) -> None:
     """Refuse a parameter key that HED does not read (a misspelling would be ignored).
 
+    Only unknown keys are refused here (values are checked before the first node, by the
+    sections the pipeline reads: :func:`hed.config.preflight.parsed_sections`).
+
     Args:
         params: the environment's parameters (runtime ``--params`` merged).
         origin: ``dotted_key -> "conf/base/parameters_generation.yml"`` or ``"--params"``
             (:func:`key_origin`); default: no file named.
 
     Raises:
-        ConfigError: ``unknown parameter <key> (<file>): did you mean <key>? ...``, for the
-            first unknown key.
+        ConfigError: ``unknown parameter <key> (set in <file>): did you mean <key>? HED does
+            not read it, so it would be ignored[; <n> more unknown key(s)]``.
     """
-    found = unknown_keys(params)
-    if not found:
-        return
-    key, near = found[0]
-    where = f" (set in {origin(key)})" if origin else ""
-    hint = f"did you mean {near}?" if near else f"valid keys here: {_valid_here(key)}."
-    more = f"; {len(found) - 1} more unknown key(s)" if len(found) > 1 else ""
-    raise ConfigError(
-        f"unknown parameter {key}{where}: {hint} HED does not read it, so it would be ignored{more}"
-    )
-
-
-def _valid_here(key: str) -> str:
-    parent = key.rsplit(".", 1)[0] if "." in key else ""
-    schema = _schema_for(parent) if parent else dict.fromkeys(TOP_LEVEL)
-    return ", ".join(sorted(schema or {})) or "none"
+    try:
+        PARAMETERS.model_validate(dict(params))
+    except ValidationError as exc:
+        if any(error["type"] == "extra_forbidden" for error in exc.errors()):
+            raise config_error(exc, PARAMETERS, "", _Origins(origin)) from None
 
 
 def key_origin(
@@ -295,26 +152,5 @@ def _lookup(data: Any, parts: Sequence[str]) -> bool:
     return True
 
 
-def default(section_name: str, key: str) -> Any:
-    """The default of ``<section_name>.<key>`` (:data:`SECTIONS`), e.g. ``default("aggregation",
-    "top_entropy_frac")`` → 0.2.
-
-    Raises:
-        KeyError: the section or key is not listed, or the key has no default (``...``).
-    """
-    value = SECTIONS[section_name][key]
-    if value is ...:
-        raise KeyError(f"{section_name}.{key} has no default")
-    return value
-
-
-__all__ = [
-    "DUPLICATE_POLICIES",
-    "RUN_DEFAULTS",
-    "SECTIONS",
-    "TOP_LEVEL",
-    "check_unknown_keys",
-    "default",
-    "key_origin",
-    "unknown_keys",
-]
+__all__ = ["FILES", "PARAMETERS", "RUN_DEFAULTS", "TOP_LEVEL", "check_unknown_keys",
+           "file_model", "key_origin"]  # fmt: skip

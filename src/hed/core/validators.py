@@ -9,7 +9,9 @@ can check a value without importing the parameter sections of :mod:`hed.config.p
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, WithJsonSchema
 
 from hed.errors import ConfigError
 
@@ -46,17 +48,6 @@ def positive_int(value: Any, name: str, *, allow_none: bool = False) -> int | No
     if not is_integer(value) or value < 1:
         suffix = " or null" if allow_none else ""
         raise ConfigError(f"{name} must be a positive integer{suffix}, got {value!r}")
-    return value
-
-
-def non_negative_int(value: Any, name: str) -> int:
-    """``value`` if it is an integer ≥ 0 (not a bool).
-
-    Raises:
-        ConfigError: ``<name> must be a non-negative integer, got <value>``.
-    """
-    if not is_integer(value) or value < 0:
-        raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
     return value
 
 
@@ -98,6 +89,33 @@ def section(value: Any, name: str, where: str | None = None) -> dict[str, Any]:
     return dict(value)
 
 
+def _steps(value: Any) -> tuple[int, ...] | None:
+    if value is None or (isinstance(value, list | tuple) and not value):
+        return None
+    if is_integer(value):
+        value = [value]
+    if not isinstance(value, list | tuple) or any(not is_integer(s) or s < 0 for s in value):
+        raise ValueError("a list of non-negative integer steps (null: every step)")
+    return tuple(sorted(set(value)))
+
+
+#: A parameter listing steps: null, one step or a list of them (sorted, deduplicated; empty:
+#: null), for a :class:`hed.config.model.Section` field.
+Steps = Annotated[
+    tuple[int, ...] | None,
+    BeforeValidator(_steps),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "null"},
+                {"type": "integer", "minimum": 0},
+                {"type": "array", "items": {"type": "integer", "minimum": 0}},
+            ]
+        }
+    ),
+]
+
+
 def step_list(value: Any, name: str) -> list[int] | None:
     """A list of non-negative integer steps (a single integer is a list of one), sorted and
     deduplicated; ``None`` or an empty list: ``None``.
@@ -105,13 +123,13 @@ def step_list(value: Any, name: str) -> list[int] | None:
     Raises:
         ConfigError: ``<name> must be a list of non-negative integer steps, got <value>``.
     """
-    if value is None or (isinstance(value, list | tuple) and not value):
-        return None
-    if is_integer(value):
-        value = [value]
-    if not isinstance(value, list | tuple) or any(not is_integer(s) or s < 0 for s in value):
-        raise ConfigError(f"{name} must be a list of non-negative integer steps, got {value!r}")
-    return sorted(set(value))
+    try:
+        steps = _steps(value)
+    except ValueError:
+        raise ConfigError(
+            f"{name} must be a list of non-negative integer steps, got {value!r}"
+        ) from None
+    return None if steps is None else list(steps)
 
 
 def names(values: Iterable[str]) -> str:
@@ -120,11 +138,11 @@ def names(values: Iterable[str]) -> str:
 
 
 __all__ = [
+    "Steps",
     "boolean",
     "integer",
     "is_integer",
     "names",
-    "non_negative_int",
     "positive_int",
     "section",
     "step_list",

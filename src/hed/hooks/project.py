@@ -21,7 +21,7 @@ from kedro.framework.hooks import hook_impl
 from kedro.framework.project import settings
 from kedro.io.core import VERSION_FORMAT
 
-from hed.config import layout, params
+from hed.config import layout, sections
 from hed.config.catalog_keys import check_catalog_keys
 from hed.config.preflight import check_reused_shards, hand_to_nodes, parsed_sections
 from hed.errors import ConfigError
@@ -77,9 +77,9 @@ class ProjectHooks:
         check_env_exists(context)
         parameters = context.config_loader["parameters"]
         conf_source = context.project_path / settings.CONF_SOURCE
-        params.check_unknown_keys(
+        sections.check_unknown_keys(
             parameters,
-            lambda key: params.key_origin(
+            lambda key: sections.key_origin(
                 key, conf_source, context.env, context.config_loader.runtime_params
             ),
         )

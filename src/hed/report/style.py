@@ -1,18 +1,18 @@
 """The style of a figure (panel size, dpi), its one set of defaults and its check.
 
-No matplotlib here: the pre-run check (:mod:`hed.config`) parses ``reporting.figure2``,
-``reporting.figure3``, ``dynamics.figures`` and ``analyses.dpi`` with :func:`figure_style` and
-:func:`check_dpi` before the first node, and the figure functions
-(:mod:`hed.report.figures`, :mod:`hed.report.dynamics_figures`) take these defaults as their
-argument defaults, so each default is written once, here.
+No matplotlib here: the style sections (``reporting.figure2``, ``reporting.figure3``,
+``dynamics.figures``) are :class:`hed.config.model.Section` models parsed before the first node,
+and the figure functions (:mod:`hed.report.figures`, :mod:`hed.report.dynamics_figures`) take
+these defaults as their argument defaults, so each default is written once, here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
+from pydantic import BeforeValidator, Field, Strict, WithJsonSchema
+
+from hed.config.model import Section
 from hed.errors import ConfigError
 
 #: Dots per inch of every figure unless set.
@@ -26,34 +26,77 @@ MAX_DPI = 1200
 #: matplotlib's 2^16-pixel limit).
 MAX_PANEL_INCHES = 20.0
 
+#: A figure's dots per inch, an integer in [:data:`MIN_DPI`, :data:`MAX_DPI`].
+Dpi = Annotated[int, Strict(), Field(ge=MIN_DPI, le=MAX_DPI)]
 
-@dataclass(frozen=True)
-class FigureStyle:
-    """The style of one figure.
 
-    Attributes:
-        panel_size: (width, height) in inches of one panel, both > 0.
-        dpi: dots per inch of the saved PNG, an integer ≥ :data:`MIN_DPI`.
-    """
+def _panel_size(size: Any) -> tuple[float, float]:
+    def side(v: Any) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= MAX_PANEL_INCHES
 
-    panel_size: tuple[float, float]
-    dpi: int = DPI
+    if not isinstance(size, list | tuple) or len(size) != 2 or not all(map(side, size)):
+        raise ValueError(f"[width, height] in inches, both > 0 and at most {MAX_PANEL_INCHES:g}")
+    return float(size[0]), float(size[1])
+
+
+#: A panel's (width, height) in inches, both in (0, :data:`MAX_PANEL_INCHES`].
+PanelSize = Annotated[
+    tuple[float, float],
+    BeforeValidator(_panel_size),
+    WithJsonSchema(
+        {
+            "type": "array",
+            "minItems": 2,
+            "maxItems": 2,
+            "items": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_PANEL_INCHES},
+        }
+    ),
+]
+
+
+class FigureStyle(Section):
+    """The style of one figure; a subclass per figure sets the default panel size."""
+
+    panel_size: PanelSize
+    """(width, height) in inches of one panel; PNG pixels = size × dpi."""
+    dpi: Dpi = DPI
+    """Dots per inch of the saved PNG."""
 
     def as_params(self) -> dict[str, Any]:
         """The style as YAML writes it: ``{"panel_size": [w, h], "dpi": dpi}``."""
         return {"panel_size": list(self.panel_size), "dpi": self.dpi}
 
 
+class Figure2Style(FigureStyle):
+    """``reporting.figure2``: Figure 2's panel size (one panel per run) and dpi."""
+
+    section: ClassVar[str] = "reporting.figure2"
+    panel_size: PanelSize = (3.5, 2.8)
+    """(width, height) in inches of one run's panel."""
+
+
+class Figure3Style(FigureStyle):
+    """``reporting.figure3``: Figure 3's panel size (one per run and step) and dpi."""
+
+    section: ClassVar[str] = "reporting.figure3"
+    panel_size: PanelSize = (2.6, 3.6)
+    """(width, height) in inches of one (run, step) panel."""
+
+
+class DynamicsStyle(FigureStyle):
+    """``dynamics.figures``: the dynamics figures' panel size and dpi."""
+
+    section: ClassVar[str] = "dynamics.figures"
+    panel_size: PanelSize = (3.2, 2.2)
+    """(width, height) in inches of one panel."""
+
+
 #: Figure 2's style unless ``reporting.figure2`` sets it.
-FIGURE2_STYLE = FigureStyle((3.5, 2.8))
+FIGURE2_STYLE = Figure2Style()
 #: Figure 3's style unless ``reporting.figure3`` sets it.
-FIGURE3_STYLE = FigureStyle((2.6, 3.6))
+FIGURE3_STYLE = Figure3Style()
 #: The dynamics figures' style unless ``dynamics.figures`` sets it.
-DYNAMICS_STYLE = FigureStyle((3.2, 2.2))
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+DYNAMICS_STYLE = DynamicsStyle()
 
 
 def check_dpi(value: Any, key: str) -> int:
@@ -70,37 +113,12 @@ def check_dpi(value: Any, key: str) -> int:
 def figure_style(value: Any, key: str, default: FigureStyle) -> FigureStyle:
     """Parse a figure's style section (``panel_size``, ``dpi``; a key left out: ``default``'s).
 
-    Args:
-        value: the mapping (``None``: ``default``).
-        key: its dotted name, e.g. ``reporting.figure2``.
-        default: the figure's default style.
-
-    Returns:
-        The :class:`FigureStyle`.
-
     Raises:
-        ConfigError: not a mapping (``<key> must be a mapping``), a ``panel_size`` that is not
-            two numbers > 0 (``<key>.panel_size must be [width, height] in inches, both > 0``)
-            or a bad dpi (:func:`check_dpi`).
+        ConfigError: not a mapping, a bad ``panel_size`` or dpi, an unknown key (one line).
     """
-    if value is None:
-        return default
     if isinstance(value, FigureStyle):
         return value
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{key} must be a mapping (panel_size, dpi), got {value!r}")
-    size = value.get("panel_size", default.panel_size)
-    if (
-        not isinstance(size, list | tuple)
-        or len(size) != 2
-        or not all(_number(v) and 0 < v <= MAX_PANEL_INCHES for v in size)
-    ):
-        raise ConfigError(
-            f"{key}.panel_size must be [width, height] in inches, both > 0 and at most "
-            f"{MAX_PANEL_INCHES:g}, got {size!r}"
-        )
-    dpi = check_dpi(value.get("dpi", default.dpi), f"{key}.dpi")
-    return FigureStyle((float(size[0]), float(size[1])), dpi)
+    return type(default).of(value, section=key)
 
 
 __all__ = [
@@ -109,7 +127,12 @@ __all__ = [
     "FIGURE2_STYLE",
     "FIGURE3_STYLE",
     "MIN_DPI",
+    "Dpi",
+    "DynamicsStyle",
+    "Figure2Style",
+    "Figure3Style",
     "FigureStyle",
+    "PanelSize",
     "check_dpi",
     "figure_style",
 ]

@@ -44,15 +44,7 @@ from hed.analysis.step_merge import (
 )
 from hed.analysis.step_summary import step_summary
 from hed.analysis.word_mass import category_probability_mass, token_probability_mass
-from hed.config.params import (
-    AggregationParams,
-    GenerationParams,
-    chunk_records_param,
-    generation_mapping,
-    lexicon_param,
-    shard_config,
-    top_entropy_frac_param,
-)
+from hed.config.params import AggregationParams, GenerationParams
 from hed.config.prompt_params import PromptsParams
 from hed.core.lexicon import Lexicon
 from hed.core.thresholds import EntropyThreshold, compute_threshold
@@ -93,10 +85,15 @@ def check_sequences(
         InputDataError: see :func:`hed.records.shard_checks.checked_responses`.
         ConfigError: ``num_shards`` or ``samples_per_prompt`` is not a positive integer.
     """
-    num_shards, samples = shard_config(generation)
+    generation = GenerationParams.of(generation)
     current = _current(generation, prompt_params, checkpoints, prompts)
     return checked_responses(
-        shard_sequences, current, num_shards=num_shards, samples=samples, run=run, step=step
+        shard_sequences,
+        current,
+        num_shards=generation.num_shards,
+        samples=generation.samples_per_prompt,
+        run=run,
+        step=step,
     )
 
 
@@ -106,7 +103,7 @@ def _current(
     """The configuration the shards are compared with: generation as configured, the prompts'
     rendering settings as ``params:prompts`` writes them."""
     rendering = PromptsParams.of(prompt_params).rendering.as_params()
-    return CurrentGeneration(dict(generation_mapping(generation)), rendering, checkpoints, prompts)
+    return CurrentGeneration(GenerationParams.of(generation).raw, rendering, checkpoints, prompts)
 
 
 def check_token_records(
@@ -127,10 +124,10 @@ def check_token_records(
     Raises:
         InputDataError: see :func:`hed.records.shard_checks.shard_report`.
     """
-    num_shards, _ = shard_config(generation)
+    generation = GenerationParams.of(generation)
     current = _current(generation, prompt_params, checkpoints, prompts)
     return shard_report(
-        sequences, shard_records, current, num_shards=num_shards, run=run, step=step
+        sequences, shard_records, current, num_shards=generation.num_shards, run=run, step=step
     )
 
 
@@ -157,7 +154,7 @@ def compute_entropy_threshold(
         InputDataError: a non-finite or null entropy, or no non-special token.
         ConfigError: ``top_entropy_frac`` outside (0, 1].
     """
-    rho = top_entropy_frac_param(aggregation)
+    rho = AggregationParams.of(aggregation).top_entropy_frac
     n_records = int(shard_report["n_records"].sum())
     entropy = non_special_entropies(shard_records, n_records, run=run, step=step)
     selection = compute_threshold(entropy, rho, run=run, step=step)
@@ -192,7 +189,7 @@ def read_lexicon(
     Raises:
         ConfigError: the lexicon is invalid (:func:`hed.core.lexicon.parse_lexicon`).
     """
-    return lexicon_param(aggregation)
+    return AggregationParams.of(aggregation).parsed_lexicon
 
 
 def map_candidate_words(shard_report: pd.DataFrame, *shard_records: ds.Dataset) -> pd.DataFrame:
@@ -233,7 +230,7 @@ def merge_token_records(
         ConfigError: ``chunk_records`` is not a positive integer.
         InputDataError: a shard's word-start mass columns were computed with another lexicon.
     """
-    chunk_records = chunk_records_param(aggregation)
+    chunk_records = AggregationParams.of(aggregation).chunk_records
     for dataset in shard_records:
         check_lexicon_current(dataset, lexicon)
     return merge_step(

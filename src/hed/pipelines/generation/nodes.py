@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 
 from hed.config.layout import StudyLayout
-from hed.config.params import GenerationParams, lexicon_param
+from hed.config.params import AggregationParams, GenerationParams
 from hed.config.prompt_params import PromptsParams
 from hed.core.command_line import nodes_command
 from hed.core.grading import grade_response, normalise_reference, reference_parses
@@ -217,7 +217,7 @@ def generate_shard(  # noqa: PLR0917 - Kedro passes the inputs by name
     from hed.decode.factory import open_backend
 
     generation, rendering = GenerationParams.of(params), PromptsParams.of(prompt_params).rendering
-    lexicon = None if aggregation is None else lexicon_param(aggregation)
+    lexicon = None if aggregation is None else AggregationParams.of(aggregation).parsed_lexicon
     entry = checkpoint_entry(checkpoints, run, step)
     mine = prompts[prompts["prompt_index"] % generation.num_shards == shard]
     key, label = {"run": run, "step": step, "shard": shard}, f"{run}.step_{step}.shard_{shard}"

@@ -124,7 +124,7 @@ def plan_figures(
     Raises:
         InputDataError: ``summary_by_step`` has no row of any panel's run (strict or not).
         ConfigError: strict mode and something is missing (one message listing all of it), or
-            a malformed ``reporting`` section (:func:`reporting_section`),
+            a malformed ``reporting`` section,
             ``reporting.fig3.steps``, ``reporting.top_n_words`` or ``reporting.fig2_measure``.
     """
     parsed = ReportingParams.of(reporting)

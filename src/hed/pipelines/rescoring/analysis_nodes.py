@@ -11,7 +11,6 @@ and Δlog p of the fixed response set from the base checkpoint (docs/rescoring.m
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -69,7 +68,7 @@ def rescore_trainer_shard(
         own_responses,
         checkpoints,
         prompt_params,
-        dataclasses.replace(rescoring_section(rescoring), dtype=dtype),
+        rescoring_section(rescoring).model_copy(update={"dtype": dtype}),
         generation,
         run=run,
         step=step,

@@ -35,7 +35,7 @@ from hed.analysis.rescoring import (
     shard_dtype,
     shard_rows,
 )
-from hed.config.params import AggregationParams, GenerationParams, top_entropy_frac_param
+from hed.config.params import AggregationParams, GenerationParams
 from hed.config.prompt_params import PromptsParams
 from hed.core.command_line import nodes_command
 from hed.decode.teacher_forced import compare_scores
@@ -431,7 +431,7 @@ def tabulate_entropy_overlap(
 
     ρ is ``aggregation.top_entropy_frac`` (the high-entropy fraction of the whole study).
     """
-    rho = top_entropy_frac_param(aggregation)
+    rho = AggregationParams.of(aggregation).top_entropy_frac
     parts = [entropy_overlap(run, steps, rho) for run, steps in rescored_entropies.items()]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=OVERLAP_COLUMNS)
 

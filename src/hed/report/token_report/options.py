@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable
+from typing import ClassVar
 
 import numpy as np
 
-from hed.core.validators import non_negative_int, positive_int
-from hed.errors import ConfigError
+from hed.config.model import Bool, NonNegativeInt, PositiveInt, Section
+from hed.core.validators import Steps
 
 FORMAT = "hed.report.token_report/1"
 #: Columns of the merged records the page reads (docs/datasets.md; the last three are merged-only).
@@ -45,76 +44,29 @@ ENTROPY_FLOOR = 1e-3
 PROMPT_PREVIEW_CHARS = 240
 
 
-@dataclass(frozen=True)
-class TokenReportOptions:
-    """``reporting.token_report`` (parameters_reporting.yml).
+class PageOptions(Section):
+    """The options of a page of responses (the token report, the explorer)."""
 
-    Attributes:
-        responses_per_step: responses shown per (run, step), ≥ 1.
-        max_tokens_per_response: tokens shown per response, ≥ 1 (the rest is cut, and said so).
-        steps: steps to show, or None for every step of every run.
-        seed: seed of the shuffle that chooses the responses.
-        enabled: draw the report (``false`` leaves the node out of the reporting pipeline).
-    """
-
-    responses_per_step: int = 8
-    max_tokens_per_response: int = 2000
-    steps: tuple[int, ...] | None = None
-    seed: int = 0
-    enabled: bool = True
+    enabled: Bool = True
+    """Build the page (false leaves its node out of the reporting pipeline)."""
+    responses_per_step: PositiveInt = 8
+    """(prompt_index, sample_index) shown per (run, step); the same ones at every step."""
+    max_tokens_per_response: PositiveInt = 2000
+    """Tokens shown per response; the page says how many it cut (measures cover them all)."""
+    steps: Steps = None
+    """Steps to show; null: every step of every run."""
+    seed: NonNegativeInt = 0
+    """Seed of the shuffle that chooses the responses."""
 
 
-def token_report_options(section: Any) -> TokenReportOptions:
-    """Parse ``reporting.token_report``.
+class TokenReportOptions(PageOptions):
+    """``reporting.token_report``: responses coloured by entropy (docs/token_report.md)."""
 
-    Args:
-        section: the mapping from parameters_reporting.yml (``None`` = every default).
+    section: ClassVar[str] = "reporting.token_report"
 
-    Returns:
-        The options.
 
-    Raises:
-        ConfigError: not a mapping, an unknown key, or a value of the wrong type/range.
-    """
-    if section is None:
-        return TokenReportOptions()
-    if not isinstance(section, Mapping):
-        raise ConfigError(
-            f"reporting.token_report must be a mapping (parameters_reporting.yml), got {section!r}"
-        )
-    known = {"enabled", "responses_per_step", "max_tokens_per_response", "steps", "seed"}
-    unknown = sorted(set(section) - known)
-    if unknown:
-        raise ConfigError(f"reporting.token_report: unknown key(s) {unknown}; use {sorted(known)}")
-    defaults = TokenReportOptions()
-    values: dict[str, Any] = {}
-    for key in ("responses_per_step", "max_tokens_per_response"):
-        values[key] = positive_int(
-            section.get(key, getattr(defaults, key)), f"reporting.token_report.{key}"
-        )
-    enabled = section.get("enabled", defaults.enabled)
-    if not isinstance(enabled, bool):
-        raise ConfigError(
-            f"reporting.token_report.enabled must be true or false (unquoted), got {enabled!r}"
-        )
-    seed = non_negative_int(section.get("seed", defaults.seed), "reporting.token_report.seed")
-    steps = section.get("steps")
-    if isinstance(steps, int) and not isinstance(steps, bool):
-        steps = [steps]
-    if steps is not None and (
-        not isinstance(steps, list | tuple)
-        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in steps)
-    ):
-        raise ConfigError(
-            "reporting.token_report.steps must be null (every step) or a list of "
-            f"non-negative integer steps, got {steps!r}"
-        )
-    return TokenReportOptions(
-        steps=None if steps is None else tuple(sorted(set(steps))),
-        seed=seed,
-        enabled=enabled,
-        **values,
-    )
+#: ``reporting.token_report`` parsed (``None``: every default); one-line ConfigError otherwise.
+token_report_options = TokenReportOptions.of
 
 
 def choose_keys(keys: Iterable[tuple[int, int]], n: int, seed: int) -> list[tuple[int, int]]:

@@ -67,6 +67,13 @@ def _defaults_of(cls: type, *, skip: Sequence[str] = ()) -> dict[str, Any]:
     E.g. ``_defaults_of(DeltaLogprobSettings)`` → ``{"top_n": 20, "min_count": 2}``.
     """
     out: dict[str, Any] = {}
+    if hasattr(cls, "model_fields"):  # TEMPORARY (params-edges): a pydantic section
+        for name, info in cls.model_fields.items():
+            if name not in skip:
+                value = ... if info.is_required() else info.get_default(call_default_factory=True)
+                value = {} if hasattr(value, "model_fields") or dataclasses.is_dataclass(value) else value
+                out[name] = list(value) if isinstance(value, tuple) else value
+        return out
     for field in dataclasses.fields(cls):
         if field.name in skip:
             continue

@@ -1,0 +1,83 @@
+"""A section whose refusals keep HED's own wording: :class:`Worded`.
+
+Types, defaults and ranges are declared on the fields (:class:`hed.config.model.Section`);
+what a key requires *in words* is declared next to them, once, in :attr:`Worded.says`
+(``{"epsilon": "must be a positive number"}``). A value failing the field's type or range is
+then refused as ``<section>.<key> <says>, got <value>`` (``dynamics.epsilon must be a positive
+number, got True``), the wording the tests and docs/errors.md fix. A validator that raises a
+:class:`hed.errors.HEDError` itself (a cross-field check, a check kept in a lower layer such as
+:func:`hed.report.style.figure_style`) is passed on unchanged, from any depth of nesting.
+Everything else goes to :func:`hed.config.messages.config_error`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
+
+from pydantic import ValidationError, model_validator
+
+from hed.config.model import Section
+from hed.core.validators import section as as_mapping
+from hed.errors import ConfigError, HEDError
+
+
+class Worded(Section):
+    """A :class:`Section` with its requirements in words (:attr:`says`).
+
+    ``None`` (an empty YAML section) means every default; a value that is not a mapping is
+    refused as :func:`hed.core.validators.section` words it.
+    """
+
+    #: field -> what it requires, in words (``"must be a positive integer"``)
+    says: ClassVar[Mapping[str, str]] = {}
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _in_words(cls, data: Any, handler: Any) -> Any:
+        if isinstance(data, cls):
+            return data
+        data = as_mapping(data, cls.section)
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            raise _worded(exc, cls, data) or exc from None
+
+    @classmethod
+    def of(
+        cls,
+        raw: Mapping[str, Any] | Self | None,
+        *,
+        section: str | None = None,
+        sources: Mapping[str, str] | None = None,
+    ) -> Self:
+        """Parse ``raw`` (see :meth:`Section.of`); a refusal in words is raised as it is.
+
+        Raises:
+            ConfigError: one line naming the dotted key and the value.
+        """
+        if isinstance(raw, cls):
+            return raw
+        from hed.config.messages import config_error
+
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            raise _worded(exc, cls, {}) or config_error(
+                exc, cls, section or cls.section, sources
+            ) from None
+
+
+def _worded(exc: ValidationError, cls: type[Worded], data: Mapping[str, Any]) -> HEDError | None:
+    """The refusal in words for the first error of ``exc``, or None."""
+    error = exc.errors()[0]
+    raised = (error.get("ctx") or {}).get("error")
+    if isinstance(raised, HEDError):
+        return raised
+    field = error["loc"][0] if error["loc"] else None
+    if field in cls.says:
+        return ConfigError(f"{cls.section}.{field} {cls.says[field]}, got {data.get(field)!r}")
+    return None
+
+
+__all__ = ["Worded"]

@@ -27,5 +27,5 @@ def config_error(
     raised = (error.get("ctx") or {}).get("error")
     if isinstance(raised, HEDError):
         return raised  # type: ignore[return-value]
-    key = ".".join([section, *map(str, error["loc"])]) if section else ".".join(map(str, error["loc"]))
+    key = ".".join([section, *map(str, error["loc"])]).strip(".")
     return ConfigError(f"{key}: {error['msg']}, got {error.get('input')!r}")

@@ -71,7 +71,8 @@ def _defaults_of(cls: type, *, skip: Sequence[str] = ()) -> dict[str, Any]:
         for name, info in cls.model_fields.items():
             if name not in skip:
                 value = ... if info.is_required() else info.get_default(call_default_factory=True)
-                value = {} if hasattr(type(value), "model_fields") or dataclasses.is_dataclass(value) else value
+                nested = hasattr(type(value), "model_fields") or dataclasses.is_dataclass(value)
+                value = {} if nested else value
                 out[name] = list(value) if isinstance(value, tuple) else value
         return out
     for field in dataclasses.fields(cls):

@@ -3,8 +3,8 @@
 Types, defaults and ranges are declared on the fields (:class:`hed.config.model.Section`);
 what a key requires *in words* is declared next to them, once, in :attr:`Worded.says`
 (``{"epsilon": "must be a positive number"}``). A value failing the field's type or range is
-then refused as ``<section>.<key> <says>, got <value>`` (``dynamics.epsilon must be a positive
-number, got True``), the wording the tests and docs/errors.md fix. A validator that raises a
+then refused (:meth:`Worded.refused`) as ``<section>.<key> <says>, got <value>``
+(``dynamics.epsilon must be a positive number, got True``), the wording the tests and docs/errors.md fix. A validator that raises a
 :class:`hed.errors.HEDError` itself (a cross-field check, a check kept in a lower layer such as
 :func:`hed.report.style.figure_style`) is passed on unchanged, from any depth of nesting.
 Everything else goes to :func:`hed.config.messages.config_error`.
@@ -44,6 +44,18 @@ class Worded(Section):
             raise _worded(exc, cls, data) or exc from None
 
     @classmethod
+    def refused(cls, field: str, value: Any) -> ConfigError:
+        """The refusal of ``value`` for ``field`` in the words of :attr:`says`.
+
+        A phrase reads ``<section>.<field> <phrase>, got <value>``; a phrase holding
+        ``{key}`` and ``{value}`` is filled in instead (``"{key}: {value} is not one of ..."``).
+        """
+        key, phrase = f"{cls.section}.{field}", cls.says[field]
+        if "{value}" in phrase:
+            return ConfigError(phrase.replace("{key}", key).replace("{value}", repr(value)))
+        return ConfigError(f"{key} {phrase}, got {value!r}")
+
+    @classmethod
     def of(
         cls,
         raw: Mapping[str, Any] | Self | None,
@@ -63,7 +75,8 @@ class Worded(Section):
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:
-            raise _worded(exc, cls, {}) or config_error(
+            data = raw if isinstance(raw, Mapping) else {}
+            raise _worded(exc, cls, data) or config_error(
                 exc, cls, section or cls.section, sources
             ) from None
 
@@ -75,9 +88,7 @@ def _worded(exc: ValidationError, cls: type[Worded], data: Mapping[str, Any]) ->
     if isinstance(raised, HEDError):
         return raised
     field = error["loc"][0] if error["loc"] else None
-    if field in cls.says:
-        return ConfigError(f"{cls.section}.{field} {cls.says[field]}, got {data.get(field)!r}")
-    return None
+    return cls.refused(str(field), data.get(field)) if field in cls.says else None
 
 
 __all__ = ["Worded"]

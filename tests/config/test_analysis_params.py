@@ -83,7 +83,9 @@ def test_analyses_defaults():
     assert parsed == analyses_params({}) == AnalysesParams()
     assert parsed.reference_run is None and parsed.dpi == 200
     assert parsed.mismatch == MismatchSettings(dtype="bfloat16", ratio_bounds=(0.5, 2.0))
-    assert parsed.trainer_entropy == TrainerEntropySettings(metric_key="actor/entropy", tolerance_nats=0.05)
+    assert parsed.trainer_entropy == TrainerEntropySettings(
+        metric_key="actor/entropy", tolerance_nats=0.05
+    )
     assert parsed.delta_logprob == DeltaLogprobSettings(top_n=20, min_count=2)
     assert AnalysesParams.of(parsed) is parsed
     assert SECTIONS["analyses"] == {
@@ -165,7 +167,9 @@ def test_the_pre_run_check_hands_dynamics_and_analyses_parsed():
     assert list(parsed) == ["dynamics", "analyses"]
     assert hand_to_nodes(catalog, parsed) == ["params:dynamics", "params:analyses"]
     assert catalog.load("params:dynamics") == DynamicsParams(epsilon=0.5)
-    assert catalog.load("params:analyses").delta_logprob == DeltaLogprobSettings(top_n=4, min_count=2)
+    assert catalog.load("params:analyses").delta_logprob == DeltaLogprobSettings(
+        top_n=4, min_count=2
+    )
     bad = DataCatalog({"params:dynamics": MemoryDataset({"epsilon": -1}),
                        "params:analyses": MemoryDataset(None)})  # fmt: skip
     with pytest.raises(ConfigError, match=r"^dynamics\.epsilon must be a positive number"):

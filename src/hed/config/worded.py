@@ -4,8 +4,9 @@ Types, defaults and ranges are declared on the fields (:class:`hed.config.model.
 what a key requires *in words* is declared next to them, once, in :attr:`Worded.says`
 (``{"epsilon": "must be a positive number"}``). A value failing the field's type or range is
 then refused (:meth:`Worded.refused`) as ``<section>.<key> <says>, got <value>``
-(``dynamics.epsilon must be a positive number, got True``), the wording the tests and docs/errors.md fix. A validator that raises a
-:class:`hed.errors.HEDError` itself (a cross-field check, a check kept in a lower layer such as
+(``dynamics.epsilon must be a positive number, got True``), the wording the tests and
+docs/errors.md fix. A validator that raises a :class:`hed.errors.HEDError` itself (a
+cross-field check, a check kept in a lower layer such as
 :func:`hed.report.style.figure_style`) is passed on unchanged, from any depth of nesting.
 Everything else goes to :func:`hed.config.messages.config_error`.
 """

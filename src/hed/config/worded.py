@@ -49,10 +49,10 @@ class Worded(Section):
         """The refusal of ``value`` for ``field`` in the words of :attr:`says`.
 
         A phrase reads ``<section>.<field> <phrase>, got <value>``; a phrase holding
-        ``{key}`` and ``{value}`` is filled in instead (``"{key}: {value} is not one of ..."``).
+        ``{key}`` (and ``{value}``) is filled in instead (``"{key}: {value} is not one of ..."``).
         """
         key, phrase = f"{cls.section}.{field}", cls.says[field]
-        if "{value}" in phrase:
+        if "{key}" in phrase:
             return ConfigError(phrase.replace("{key}", key).replace("{value}", repr(value)))
         return ConfigError(f"{key} {phrase}, got {value!r}")
 

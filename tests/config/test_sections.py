@@ -193,7 +193,7 @@ def test_the_figure_style_report_page_and_batch_defaults_have_one_source():
     assert SECTIONS["reporting.explorer"] == dataclasses.asdict(ExplorerOptions())
     assert SECTIONS["aggregation"]["chunk_records"] == arrow_stream.DEFAULT_CHUNK == 524_288
     assert SECTIONS["dynamics"]["batch_records"] == covariance.BATCH_RECORDS == 65_536
-    assert pass1_config._OPTIONS["wandb"][1]["timeout"] == wandb_online.TIMEOUT_S == 20
+    assert pass1_config.WandbOptions().timeout == wandb_online.TIMEOUT_S == 20
     assert ReportingParams.fig2_measure == SECTIONS["reporting"]["fig2_measure"] == "count"
     # the argument defaults are the same objects, not copies of the literals
     defaults = {

@@ -63,8 +63,12 @@ class Worded(Section):
         *,
         section: str | None = None,
         sources: Mapping[str, str] | None = None,
+        context: Mapping[str, Any] | None = None,
     ) -> Self:
         """Parse ``raw`` (see :meth:`Section.of`); a refusal in words is raised as it is.
+
+        ``context`` is pydantic's validation context (what a validator needs besides the
+        section, e.g. the study's run names).
 
         Raises:
             ConfigError: one line naming the dotted key and the value.
@@ -74,7 +78,7 @@ class Worded(Section):
         from hed.config.messages import config_error
 
         try:
-            return cls.model_validate(raw)
+            return cls.model_validate(raw, context=context)
         except ValidationError as exc:
             data = raw if isinstance(raw, Mapping) else {}
             raise _worded(exc, cls, data) or config_error(

@@ -20,7 +20,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field, field_validator
 
 from hed.config.model import Bool, Int, PositiveInt
-from hed.config.worded import Worded
+from hed.config.worded import Worded, empty_is, null_is
 from hed.errors import ConfigError
 
 #: ``mini_rl.validation.metric_key`` unless set: the W&B key of held-out pass@1.
@@ -49,11 +49,6 @@ def mapping(value: Any, where: str) -> dict[str, Any]:
     return dict(value)
 
 
-def _or_default(value: Any, default: Any) -> Any:
-    """An empty value (``null``, ``""``, ``[]``) means the default."""
-    return value or default
-
-
 class TaskParams(Worded):
     """``mini_rl.task``: the arithmetic task sets."""
 
@@ -69,13 +64,8 @@ class TaskParams(Worded):
     """Held-out problems (drawn first)."""
     seed: Int = 0
     """Seed of the problem stream."""
-    kinds: tuple[str, ...] | None = None
+    kinds: Annotated[tuple[str, ...] | None, empty_is(None)] = None
     """Problem kinds to draw from (null or empty: every kind of :data:`hed.mini_rl.tasks.KINDS`)."""
-
-    @field_validator("kinds", mode="before")
-    @classmethod
-    def _every_kind(cls, value: Any) -> Any:
-        return _or_default(value, None)
 
 
 class BaseModelParams(Worded):
@@ -113,17 +103,12 @@ class ValidationParams(Worded):
         "metric_key": _TEXT, "max_new_tokens": _POSITIVE_INT, "batch_size": _POSITIVE_INT,
     }  # fmt: skip
 
-    metric_key: Text = DEFAULT_METRIC_KEY
+    metric_key: Annotated[Text, empty_is(DEFAULT_METRIC_KEY)] = DEFAULT_METRIC_KEY
     """Its W&B key (null or empty: the default)."""
     max_new_tokens: PositiveInt = 32
     """Response length limit, in tokens."""
     batch_size: PositiveInt = 16
     """Prompts per ``generate`` call."""
-
-    @field_validator("metric_key", mode="before")
-    @classmethod
-    def _default_key(cls, value: Any) -> Any:
-        return _or_default(value, DEFAULT_METRIC_KEY)
 
 
 class MiniRLParams(Worded):
@@ -139,7 +124,7 @@ class MiniRLParams(Worded):
     """The initial policy (``model_dir`` is required)."""
     runs: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """``{run: {GRPOConfig fields that differ}}``, in training order (at least one run)."""
-    training: dict[str, Any] = Field(default_factory=dict)
+    training: Annotated[dict[str, Any], null_is({})] = Field(default_factory=dict)
     """GRPOConfig fields shared by the runs, and ``save_every`` (steps between checkpoints)."""
     task: TaskParams | None = None
     """The task sets."""
@@ -147,7 +132,7 @@ class MiniRLParams(Worded):
     """The offline W&B runs' folder and project."""
     validation: ValidationParams = ValidationParams()
     """The held-out pass@1."""
-    reward: Text = DEFAULT_REWARD
+    reward: Annotated[Text, empty_is(DEFAULT_REWARD)] = DEFAULT_REWARD
     """The grader of the reward and the validation (:data:`hed.mini_rl.reward.GRADERS`)."""
     torch_threads: PositiveInt | None = None
     """CPU threads for training (null: the cores other processes leave free)."""
@@ -159,16 +144,6 @@ class MiniRLParams(Worded):
         if not runs:
             raise ConfigError("mini_rl.runs is empty: name the runs to train (keys of `runs`)")
         return {name: mapping(cfg, f"mini_rl.runs.{name}") for name, cfg in runs.items()}
-
-    @field_validator("training", mode="before")
-    @classmethod
-    def _none_is_empty(cls, value: Any) -> Any:
-        return {} if value is None else value
-
-    @field_validator("reward", mode="before")
-    @classmethod
-    def _default_reward(cls, value: Any) -> Any:
-        return _or_default(value, DEFAULT_REWARD)
 
 
 def mini_rl_params(value: Any, data_root: str | None = None) -> MiniRLParams:

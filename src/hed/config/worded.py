@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
-from pydantic import ValidationError, model_validator
+from pydantic import BeforeValidator, ValidationError, model_validator
 
 from hed.config.model import Section
 from hed.core.validators import section as as_mapping
@@ -57,15 +57,9 @@ class Worded(Section):
         return ConfigError(f"{key} {phrase}, got {value!r}")
 
     @classmethod
-    def of(
-        cls,
-        raw: Mapping[str, Any] | Self | None,
-        *,
-        section: str | None = None,
-        sources: Mapping[str, str] | None = None,
-        context: Mapping[str, Any] | None = None,
-    ) -> Self:
-        """Parse ``raw`` (see :meth:`Section.of`); a refusal in words is raised as it is.
+    def of(cls, raw: Any, *, context: Mapping[str, Any] | None = None, **names: Any) -> Self:
+        """Parse ``raw`` as :meth:`Section.of` does (``names``: its ``section``, ``sources``);
+        a refusal in words is raised as it is.
 
         ``context`` is pydantic's validation context (what a validator needs besides the
         section, e.g. the study's run names).
@@ -73,17 +67,24 @@ class Worded(Section):
         Raises:
             ConfigError: one line naming the dotted key and the value.
         """
-        if isinstance(raw, cls):
-            return raw
         from hed.config.messages import config_error
 
         try:
-            return cls.model_validate(raw, context=context)
+            return raw if isinstance(raw, cls) else cls.model_validate(raw, context=context)
         except ValidationError as exc:
-            data = raw if isinstance(raw, Mapping) else {}
-            raise _worded(exc, cls, data) or config_error(
-                exc, cls, section or cls.section, sources
-            ) from None
+            worded = _worded(exc, cls, raw if isinstance(raw, Mapping) else {})
+            where = names.get("section") or cls.section
+            raise worded or config_error(exc, cls, where, names.get("sources")) from None
+
+
+def null_is(default: Any) -> BeforeValidator:
+    """``Annotated`` metadata: ``null`` means ``default``."""
+    return BeforeValidator(lambda value: default if value is None else value)
+
+
+def empty_is(default: Any) -> BeforeValidator:
+    """``Annotated`` metadata: an empty value (``null``, ``""``, ``[]``) means ``default``."""
+    return BeforeValidator(lambda value: value or default)
 
 
 def _worded(exc: ValidationError, cls: type[Worded], data: Mapping[str, Any]) -> HEDError | None:
@@ -96,4 +97,4 @@ def _worded(exc: ValidationError, cls: type[Worded], data: Mapping[str, Any]) ->
     return cls.refused(str(field), data.get(field)) if field in cls.says else None
 
 
-__all__ = ["Worded"]
+__all__ = ["Worded", "empty_is", "null_is"]

@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from hed.config.model import PositiveNumber, Section
-from hed.config.worded import Worded
+from hed.config.worded import Worded, null_is
 from hed.errors import ConfigError
 from hed.pass1.history import DEFAULT_METRIC_KEY, DEFAULT_STEP_KEY, SCALES
 from hed.pass1.wandb_online import TIMEOUT_S, wandb_run_ref
@@ -170,15 +170,10 @@ class WandbDefaults(Worded):
         "step_key": _key_says(DEFAULT_STEP_KEY),
     }
 
-    metric_key: WandbKey = DEFAULT_METRIC_KEY
+    metric_key: Annotated[WandbKey, null_is(DEFAULT_METRIC_KEY)] = DEFAULT_METRIC_KEY
     """The pass@1 key (verl: ``val-core/<data_source>/acc/mean@<n>``)."""
-    step_key: WandbKey = DEFAULT_STEP_KEY
+    step_key: Annotated[WandbKey, null_is(DEFAULT_STEP_KEY)] = DEFAULT_STEP_KEY
     """The training step key (``_step``: W&B's own counter)."""
-
-    @field_validator("metric_key", "step_key", mode="before")
-    @classmethod
-    def _null_is_default(cls, value: Any, info: ValidationInfo) -> Any:
-        return cls.model_fields[str(info.field_name)].default if value is None else value
 
 
 class MetricsParams(Worded):

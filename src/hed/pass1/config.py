@@ -193,7 +193,11 @@ class MetricsParams(Worded):
         defaults = info.data.get("wandb_defaults")
         if defaults is None:  # refused already: its error is the one reported
             return {}
-        listed = _runs_mapping(value)
+        listed = value or {}
+        if not isinstance(listed, Mapping):
+            raise ConfigError(
+                f"metrics.runs must be a mapping of run name to sources, got {listed!r}"
+            )
         wanted = context.get("runs")
         export_dir = context.get("export_dir", f"<data_root>/{EXPORT_DIR}")
         return {
@@ -225,13 +229,6 @@ def metrics_params(
             not a non-empty string, or a run's sources invalid (:func:`parse_run_config`).
     """
     return MetricsParams.of(value, context={"runs": runs, "export_dir": export_dir})
-
-
-def _runs_mapping(value: Any) -> Mapping[str, Any]:
-    listed = value or {}
-    if not isinstance(listed, Mapping):
-        raise ConfigError(f"metrics.runs must be a mapping of run name to sources, got {listed!r}")
-    return listed
 
 
 def _source_options(run: str, name: str, raw: Any, wandb_defaults: WandbDefaults) -> dict:
@@ -346,9 +343,5 @@ def parse_run_config(
             wandb`` follows the run's one W&B source: it means ``wandb_offline`` when that is
             the one listed, and the other way round).
     """
-    if isinstance(metrics_params, MetricsParams):
-        return metrics_params.run(run)
-    metrics_params = metrics_params or {}
-    defaults = WandbDefaults.of(metrics_params.get("wandb_defaults"))
-    cfg = _runs_mapping(metrics_params.get("runs")).get(run)
-    return _run_config(run, cfg, defaults, export_dir)
+    context = {"runs": [run], "export_dir": export_dir}
+    return MetricsParams.of(metrics_params, context=context).run(run)

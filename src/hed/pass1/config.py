@@ -21,6 +21,7 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
 )
 
@@ -107,7 +108,7 @@ SOURCE_OPTIONS: dict[str, type[Section]] = {
 class RunSources(Section):
     """``metrics.runs.<run>``: where a run's pass@1 comes from."""
 
-    sources: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
+    sources: dict[Literal[SOURCES], dict[str, Any] | None] = Field(default_factory=dict)  # type: ignore[valid-type]
     """``{source: options}``, sources of :data:`SOURCES` (``{generated: {}}``)."""
     figure_source: str | None = None
     """The source the figures use (null: the first listed; ``wandb`` also means the run's
@@ -176,6 +177,12 @@ class WandbDefaults(Worded):
     """The training step key (``_step``: W&B's own counter)."""
 
 
+#: the JSON Schema of ``metrics.runs`` as written (the field holds the parsed runs)
+_AS_WRITTEN = WithJsonSchema(
+    {"type": "object", "additionalProperties": RunSources.model_json_schema()}
+)
+
+
 class MetricsParams(Worded):
     """``params:metrics``: each run's pass@1 sources."""
 
@@ -183,7 +190,7 @@ class MetricsParams(Worded):
 
     wandb_defaults: WandbDefaults = WandbDefaults()
     """The metric and step keys of W&B sources that omit them."""
-    runs: dict[str, RunPass1Config] = Field(default_factory=dict)
+    runs: Annotated[dict[str, RunPass1Config], _AS_WRITTEN] = Field(default_factory=dict)
     """``{run: RunSources}`` (``metrics.runs.<run>``); parsed, the runs of the study only."""
 
     @field_validator("runs", mode="before")

@@ -140,10 +140,19 @@ class MiniRLParams(Worded):
     @field_validator("runs", mode="before")
     @classmethod
     def _runs(cls, value: Any) -> dict[str, dict[str, Any]]:
-        runs = mapping(value, "mini_rl.runs")
-        if not runs:
-            raise ConfigError("mini_rl.runs is empty: name the runs to train (keys of `runs`)")
-        return {name: mapping(cfg, f"mini_rl.runs.{name}") for name, cfg in runs.items()}
+        return training_runs(value)
+
+
+def training_runs(value: Any) -> dict[str, dict[str, Any]]:
+    """``mini_rl.runs`` checked: ``{run: {GRPOConfig overrides}}``, at least one run.
+
+    Raises:
+        ConfigError: not a mapping, empty, or a run's overrides not a mapping.
+    """
+    runs = mapping(value, "mini_rl.runs")
+    if not runs:
+        raise ConfigError("mini_rl.runs is empty: name the runs to train (keys of `runs`)")
+    return {name: mapping(cfg, f"mini_rl.runs.{name}") for name, cfg in runs.items()}
 
 
 def mini_rl_params(value: Any, data_root: str | None = None) -> MiniRLParams:

@@ -47,8 +47,10 @@ def test_dynamics_values_are_read():
          "batch_records": 7, "figures": {"panel_size": [3, 2], "dpi": 72}}
     )  # fmt: skip
     assert parsed == DynamicsParams(
-        ("dr_grpo",), 1.0, CovarianceSettings(1.0, (0.0, 2.0), 7), DynamicsFigures((3.0, 2.0), 72)
-    )
+        estimators=("dr_grpo",), epsilon=1.0, kl_cov_ratio=1.0, clip_cov_band=(0.0, 2.0),
+        batch_records=7, figures=DynamicsFigures((3.0, 2.0), 72),
+    )  # fmt: skip
+    assert parsed.covariance == CovarianceSettings(1.0, (0.0, 2.0), 7)
 
 
 @pytest.mark.parametrize(
@@ -80,9 +82,11 @@ def test_analyses_defaults():
     parsed = analyses_params(None)
     assert parsed == analyses_params({}) == AnalysesParams()
     assert parsed.reference_run is None and parsed.dpi == 200
-    assert parsed.mismatch == MismatchSettings("bfloat16", (0.5, 2.0))
-    assert parsed.trainer_entropy == TrainerEntropySettings("actor/entropy", 0.05)
-    assert parsed.delta_logprob == DeltaLogprobSettings(20, 2)
+    assert parsed.mismatch == MismatchSettings(dtype="bfloat16", ratio_bounds=(0.5, 2.0))
+    assert parsed.trainer_entropy == TrainerEntropySettings(
+        metric_key="actor/entropy", tolerance_nats=0.05
+    )
+    assert parsed.delta_logprob == DeltaLogprobSettings(top_n=20, min_count=2)
     assert AnalysesParams.of(parsed) is parsed
     assert SECTIONS["analyses"] == {
         "reference_run": None,
@@ -107,11 +111,11 @@ def test_analyses_values_are_read():
          "delta_logprob": {"top_n": 3, "min_count": 1}}
     )  # fmt: skip
     assert parsed == AnalysesParams(
-        "b",
-        MismatchSettings("float32", (0.8, 1.25)),
-        TrainerEntropySettings("train/entropy", 0.0),
-        DeltaLogprobSettings(3, 1),
-        40,
+        reference_run="b",
+        mismatch=MismatchSettings(dtype="float32", ratio_bounds=(0.8, 1.25)),
+        trainer_entropy=TrainerEntropySettings(metric_key="train/entropy", tolerance_nats=0.0),
+        delta_logprob=DeltaLogprobSettings(top_n=3, min_count=1),
+        dpi=40,
     )
 
 
@@ -163,7 +167,9 @@ def test_the_pre_run_check_hands_dynamics_and_analyses_parsed():
     assert list(parsed) == ["dynamics", "analyses"]
     assert hand_to_nodes(catalog, parsed) == ["params:dynamics", "params:analyses"]
     assert catalog.load("params:dynamics") == DynamicsParams(epsilon=0.5)
-    assert catalog.load("params:analyses").delta_logprob == DeltaLogprobSettings(4, 2)
+    assert catalog.load("params:analyses").delta_logprob == DeltaLogprobSettings(
+        top_n=4, min_count=2
+    )
     bad = DataCatalog({"params:dynamics": MemoryDataset({"epsilon": -1}),
                        "params:analyses": MemoryDataset(None)})  # fmt: skip
     with pytest.raises(ConfigError, match=r"^dynamics\.epsilon must be a positive number"):

@@ -185,6 +185,7 @@ def test_the_figure_style_report_page_and_batch_defaults_have_one_source():
     assert AggregationParams.model_fields["chunk_records"].default == arrow_stream.DEFAULT_CHUNK
     assert arrow_stream.DEFAULT_CHUNK == 524_288 and covariance.BATCH_RECORDS == 65_536
     assert ReportingParams.model_fields["fig2_measure"].default == "count"
+    assert pass1_config.WandbOptions().timeout == wandb_online.TIMEOUT_S == 20
     # the argument defaults are the same objects, not copies of the literals
     defaults = {
         (fn.__name__, name): p.default

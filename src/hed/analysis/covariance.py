@@ -52,8 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from hed.core.validators import positive_int
-from hed.errors import ConfigError, InputDataError
+from hed.errors import InputDataError
 from hed.records.arrow_stream import row_group_batches
 from hed.records.response_index import ResponseIndex
 
@@ -106,31 +105,6 @@ class CovarianceSettings:
     kl_cov_ratio: float = KL_COV_RATIO
     clip_cov_band: tuple[float, float] = CLIP_COV_BAND
     batch_records: int = BATCH_RECORDS
-
-    @classmethod
-    def from_params(cls, dynamics: dict[str, Any]) -> CovarianceSettings:
-        """Read ``kl_cov_ratio``, ``clip_cov_band`` and ``batch_records`` of ``dynamics``.
-
-        Raises:
-            ConfigError: a value of the wrong type or out of range (named in the message).
-        """
-        ratio = dynamics.get("kl_cov_ratio", KL_COV_RATIO)
-        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
-            raise ConfigError(f"dynamics.kl_cov_ratio must be a number in (0, 1], got {ratio!r}")
-        band = dynamics.get("clip_cov_band", list(CLIP_COV_BAND))
-        if (
-            not isinstance(band, list | tuple)
-            or len(band) != 2
-            or any(isinstance(v, bool) or not isinstance(v, int | float) for v in band)
-            or not band[0] < band[1]
-        ):
-            raise ConfigError(
-                f"dynamics.clip_cov_band must be [lo, hi] with lo < hi (verl: [1.0, 5.0]), "
-                f"got {band!r}"
-            )
-        batch = dynamics.get("batch_records", BATCH_RECORDS)
-        positive_int(batch, "dynamics.batch_records")
-        return cls(float(ratio), (float(band[0]), float(band[1])), batch)
 
 
 def kl_cov_count(n_tokens: int, ratio: float) -> int:

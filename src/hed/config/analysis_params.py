@@ -1,217 +1,164 @@
-"""The typed ``dynamics`` and ``analyses`` parameter sections, each parsed once.
+"""The typed ``dynamics`` and ``analyses`` parameter sections, each one pydantic model.
 
 :class:`DynamicsParams` (``params:dynamics``: advantage estimators, the covariance settings,
 the figures' style) and :class:`AnalysesParams` (``params:analyses``: the reference run, the
-sampler–trainer mismatch, the trainer's entropy, Δlog p, the figures' dpi) are built by
-:func:`dynamics_params` and :func:`analyses_params` in the pre-run check
-(:func:`hed.config.preflight.parsed_sections`) and handed to the nodes, which read attributes.
-A node given a raw dict (a test, a notebook) parses it with the same function
-(``DynamicsParams.of``, ``AnalysesParams.of``).
-
-Each default is written once: here, as a dataclass default, or in the analysis module that
-uses it (:data:`hed.core.advantage.ESTIMATORS`, :class:`hed.analysis.covariance.CovarianceSettings`,
-:data:`hed.analysis.mismatch.VERL_RATIO_BOUNDS`, ...). :data:`hed.config.sections.SECTIONS`
-lists the same defaults, taken from these classes.
+sampler–trainer mismatch, the trainer's entropy, Δlog p, the figures' dpi) are parsed by
+``DynamicsParams.of`` / ``AnalysesParams.of`` (aliases :func:`dynamics_params`,
+:func:`analyses_params`) in the pre-run check (:func:`hed.config.preflight.parsed_sections`)
+and handed to the nodes, which read attributes. Each field declares its type, range and
+default once; the defaults' values come from the analysis module that uses them
+(:data:`hed.core.advantage.ESTIMATORS`, :mod:`hed.analysis.covariance`,
+:data:`hed.analysis.mismatch.VERL_RATIO_BOUNDS`, ...).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
-from hed.analysis.covariance import CovarianceSettings
+from pydantic import AfterValidator, Field, Strict, field_validator
+
+from hed.analysis.covariance import BATCH_RECORDS, CLIP_COV_BAND, KL_COV_RATIO, CovarianceSettings
 from hed.analysis.delta_logprob import MIN_COUNT, TOP_N
 from hed.analysis.mismatch import MISMATCH_DTYPE, MISMATCH_DTYPES, VERL_RATIO_BOUNDS
 from hed.analysis.trainer_entropy import METRIC_KEY, TOLERANCE_NATS
+from hed.config.model import Fraction, Number, PositiveInt, PositiveNumber
+from hed.config.worded import Worded
 from hed.core.advantage import DEFAULT_EPSILON, ESTIMATORS, check_estimators
-from hed.core.validators import positive_int, section
-from hed.errors import ConfigError
-from hed.report.style import DPI, DYNAMICS_STYLE, FigureStyle, check_dpi, figure_style
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
+from hed.report.style import DPI, DYNAMICS_STYLE, MAX_DPI, MIN_DPI, FigureStyle, figure_style
 
 #: ``dynamics.figures``: the style of the dynamics figures (one column of panels per run,
 #: two rows; defaults :data:`hed.report.style.DYNAMICS_STYLE`).
 DynamicsFigures = FigureStyle
 
+_POSITIVE_INT = "must be a positive integer"
+
+
+def _ascending(pair: tuple[float, float]) -> tuple[float, float]:
+    if not pair[0] < pair[1]:
+        raise ValueError("lo must be < hi")
+    return pair
+
+
+#: (lo, hi) with lo < hi
+Band = Annotated[tuple[Number, Number], AfterValidator(_ascending)]
+#: (lo, hi) with 0 < lo < hi
+PositiveBand = Annotated[tuple[PositiveNumber, PositiveNumber], AfterValidator(_ascending)]
 
 # ------------------------------------------------------------------ dynamics
 
 
-@dataclass(frozen=True)
-class DynamicsParams:
-    """``params:dynamics``, checked (see ``conf/base/parameters_dynamics.yml``).
+class DynamicsParams(Worded):
+    """``params:dynamics`` (see ``conf/base/parameters_dynamics.yml``)."""
 
-    Attributes:
-        estimators: advantage estimators, names from :data:`hed.core.advantage.ESTIMATORS`.
-        epsilon: ε of GRPO's advantage denominator (std + ε), > 0.
-        covariance: KL-Cov ratio, Clip-Cov band and records per batch
-            (:class:`hed.analysis.covariance.CovarianceSettings`; the section's flat keys
-            ``kl_cov_ratio``, ``clip_cov_band``, ``batch_records``).
-        figures: the figures' style (``dynamics.figures``,
-            :class:`hed.report.style.FigureStyle`).
-    """
+    section: ClassVar[str] = "dynamics"
+    says: ClassVar[Mapping[str, str]] = {
+        "epsilon": "must be a positive number",
+        "kl_cov_ratio": "must be a number in (0, 1]",
+        "clip_cov_band": "must be [lo, hi] with lo < hi (verl: [1.0, 5.0])",
+        "batch_records": _POSITIVE_INT,
+    }
 
     estimators: tuple[str, ...] = ESTIMATORS
-    epsilon: float = DEFAULT_EPSILON
-    covariance: CovarianceSettings = field(default_factory=CovarianceSettings)
+    """Advantage estimators to compute (``grpo``: (r − mean)/(std + ε), DeepSeekMath;
+    ``dr_grpo``: r − mean, Dr. GRPO); a single name is a list of one."""
+    epsilon: PositiveNumber = DEFAULT_EPSILON
+    """ε of GRPO's advantage denominator (std + ε)."""
+    kl_cov_ratio: Fraction = KL_COV_RATIO
+    """k of KL-Cov: the top ``max(1, int(k·N))`` tokens by centred cov(log p, A) (verl)."""
+    clip_cov_band: Band = CLIP_COV_BAND
+    """(lo, hi) of the Clip-Cov band lo < cov < hi (verl: [1.0, 5.0])."""
+    batch_records: PositiveInt = BATCH_RECORDS
+    """Token records per batch read (memory ≈ 100 bytes × this × 2)."""
     figures: FigureStyle = DYNAMICS_STYLE
+    """The dynamics figures' style: ``panel_size`` [width, height] in inches, ``dpi``."""
 
+    @field_validator("estimators", mode="before")
     @classmethod
-    def of(cls, value: Any) -> DynamicsParams:
-        """``value`` if already parsed, else :func:`dynamics_params` of it."""
-        return value if isinstance(value, cls) else dynamics_params(value)
+    def _estimators(cls, value: Any) -> tuple[str, ...]:
+        return check_estimators(value)
 
+    @field_validator("figures", mode="before")
+    @classmethod
+    def _figures(cls, value: Any) -> FigureStyle:
+        return figure_style(value, "dynamics.figures", DYNAMICS_STYLE)
 
-def dynamics_params(value: Any) -> DynamicsParams:
-    """Check ``params:dynamics`` (``None``, an empty YAML section: every default).
-
-    Raises:
-        ConfigError: the section or ``figures`` is not a mapping; bad ``estimators``,
-            ``epsilon`` (not > 0), ``kl_cov_ratio``, ``clip_cov_band``, ``batch_records``,
-            ``figures.panel_size`` or ``figures.dpi``; each message names ``dynamics.<key>``.
-    """
-    raw = section(value, "dynamics")
-    estimators = check_estimators(raw.get("estimators", list(ESTIMATORS)))
-    epsilon = raw.get("epsilon", DEFAULT_EPSILON)
-    if not _number(epsilon) or not epsilon > 0:
-        raise ConfigError(f"dynamics.epsilon must be a positive number, got {epsilon!r}")
-    return DynamicsParams(
-        estimators=estimators,
-        epsilon=float(epsilon),
-        covariance=CovarianceSettings.from_params(raw),
-        figures=figure_style(raw.get("figures"), "dynamics.figures", DYNAMICS_STYLE),
-    )
+    @property
+    def covariance(self) -> CovarianceSettings:
+        """KL-Cov ratio, Clip-Cov band and records per batch, as the covariance code takes them."""
+        return CovarianceSettings(self.kl_cov_ratio, self.clip_cov_band, self.batch_records)
 
 
 # ------------------------------------------------------------------ analyses
 
 
-@dataclass(frozen=True)
-class MismatchSettings:
-    """``analyses.mismatch``: how a step's own responses are re-scored and compared.
+class MismatchSettings(Worded):
+    """``analyses.mismatch``: how a step's own responses are re-scored and compared."""
 
-    Attributes:
-        dtype: the re-scoring dtype (:data:`hed.analysis.mismatch.MISMATCH_DTYPES`).
-        ratio_bounds: (lo, hi) of the importance ratio r = q/p, 0 < lo < hi (verl's).
-    """
+    section: ClassVar[str] = "analyses.mismatch"
+    says: ClassVar[Mapping[str, str]] = {
+        "dtype": f"{{key}}: {{value}} is not one of {', '.join(MISMATCH_DTYPES)} "
+        "(bfloat16: the trainer's; float32: the exact reference)",
+        "ratio_bounds": "must be [lo, hi] with 0 < lo < hi (verl: [0.5, 2.0])",
+    }
 
-    dtype: str = MISMATCH_DTYPE
-    ratio_bounds: tuple[float, float] = VERL_RATIO_BOUNDS
-
-
-@dataclass(frozen=True)
-class TrainerEntropySettings:
-    """``analyses.trainer_entropy``: the trainer's logged entropy next to HED's.
-
-    Attributes:
-        metric_key: the W&B key of the trainer's mean entropy (verl: ``actor/entropy``).
-        tolerance_nats: a larger |difference| logs a warning, ≥ 0.
-    """
-
-    metric_key: str = METRIC_KEY
-    tolerance_nats: float = TOLERANCE_NATS
+    dtype: Literal[MISMATCH_DTYPES] = MISMATCH_DTYPE  # type: ignore[valid-type]
+    """The re-scoring dtype (bfloat16: the trainer's; float32: the exact reference)."""
+    ratio_bounds: PositiveBand = VERL_RATIO_BOUNDS
+    """(lo, hi) of the importance ratio r = q/p counted as in bounds, 0 < lo < hi (verl)."""
 
 
-@dataclass(frozen=True)
-class DeltaLogprobSettings:
-    """``analyses.delta_logprob``: the words listed in ``delta_logprob_top_tokens``.
+class TrainerEntropySettings(Worded):
+    """``analyses.trainer_entropy``: the trainer's logged entropy next to HED's."""
 
-    Attributes:
-        top_n: words listed per direction (rose, fell), ≥ 1.
-        min_count: tokens a word needs to be listed, ≥ 1.
-    """
+    section: ClassVar[str] = "analyses.trainer_entropy"
+    says: ClassVar[Mapping[str, str]] = {
+        "metric_key": "must be a W&B key",
+        "tolerance_nats": "must be a number ≥ 0",
+    }
 
-    top_n: int = TOP_N
-    min_count: int = MIN_COUNT
+    metric_key: Annotated[str, Field(min_length=1)] = METRIC_KEY
+    """The W&B key of the trainer's mean entropy (verl: ``actor/entropy``)."""
+    tolerance_nats: Annotated[float, Strict(), Field(ge=0)] = TOLERANCE_NATS
+    """A larger |HED's − the trainer's| mean entropy (nats) logs a warning."""
 
 
-@dataclass(frozen=True)
-class AnalysesParams:
-    """``params:analyses``, checked (see ``conf/base/parameters_analyses.yml``).
+class DeltaLogprobSettings(Worded):
+    """``analyses.delta_logprob``: the words listed in ``delta_logprob_top_tokens``."""
 
-    Attributes:
-        reference_run: the run ``runs_comparison`` takes deltas to (None: the first run).
-        mismatch: :class:`MismatchSettings`.
-        trainer_entropy: :class:`TrainerEntropySettings`.
-        delta_logprob: :class:`DeltaLogprobSettings`.
-        dpi: dots per inch of the analysis figures, ≥ 10.
-    """
+    section: ClassVar[str] = "analyses.delta_logprob"
+    says: ClassVar[Mapping[str, str]] = {"top_n": _POSITIVE_INT, "min_count": _POSITIVE_INT}
+
+    top_n: PositiveInt = TOP_N
+    """Words listed per direction (rose, fell)."""
+    min_count: PositiveInt = MIN_COUNT
+    """Tokens a word needs to be listed."""
+
+
+class AnalysesParams(Worded):
+    """``params:analyses`` (see ``conf/base/parameters_analyses.yml``)."""
+
+    section: ClassVar[str] = "analyses"
+    says: ClassVar[Mapping[str, str]] = {
+        "dpi": f"must be an integer from {MIN_DPI} to {MAX_DPI}",
+    }
 
     reference_run: str | None = None
-    mismatch: MismatchSettings = field(default_factory=MismatchSettings)
-    trainer_entropy: TrainerEntropySettings = field(default_factory=TrainerEntropySettings)
-    delta_logprob: DeltaLogprobSettings = field(default_factory=DeltaLogprobSettings)
-    dpi: int = DPI
-
-    @classmethod
-    def of(cls, value: Any) -> AnalysesParams:
-        """``value`` if already parsed, else :func:`analyses_params` of it."""
-        return value if isinstance(value, cls) else analyses_params(value)
-
-
-def analyses_params(value: Any) -> AnalysesParams:
-    """Check ``params:analyses`` (``None``, an empty YAML section: every default).
-
-    Raises:
-        ConfigError: the section or a subsection is not a mapping; an unknown
-            ``mismatch.dtype``, ``mismatch.ratio_bounds`` not 0 < lo < hi, an empty
-            ``trainer_entropy.metric_key``, a negative ``trainer_entropy.tolerance_nats``,
-            ``delta_logprob.top_n`` / ``min_count`` not positive integers, ``dpi`` < 10;
-            each message names ``analyses.<key>``.
-    """
-    raw = section(value, "analyses")
-    reference = raw.get("reference_run")
-    return AnalysesParams(
-        reference_run=None if reference is None else str(reference),
-        mismatch=_mismatch(section(raw.get("mismatch"), "analyses.mismatch")),
-        trainer_entropy=_trainer_entropy(
-            section(raw.get("trainer_entropy"), "analyses.trainer_entropy")
-        ),
-        delta_logprob=_delta_logprob(section(raw.get("delta_logprob"), "analyses.delta_logprob")),
-        dpi=check_dpi(raw.get("dpi", DPI), "analyses.dpi"),
-    )
+    """The run ``runs_comparison`` takes deltas to (null: the first run)."""
+    mismatch: MismatchSettings = MismatchSettings()
+    """The sampler–trainer mismatch."""
+    trainer_entropy: TrainerEntropySettings = TrainerEntropySettings()
+    """The trainer's entropy next to HED's."""
+    delta_logprob: DeltaLogprobSettings = DeltaLogprobSettings()
+    """Δlog p's word lists."""
+    dpi: Annotated[int, Strict(), Field(ge=MIN_DPI, le=MAX_DPI)] = DPI
+    """Dots per inch of the analysis figures."""
 
 
-def _mismatch(raw: Mapping[str, Any]) -> MismatchSettings:
-    dtype = raw.get("dtype", MISMATCH_DTYPE)
-    if dtype not in MISMATCH_DTYPES:
-        raise ConfigError(
-            f"analyses.mismatch.dtype: {dtype!r} is not one of {', '.join(MISMATCH_DTYPES)} "
-            "(bfloat16: the trainer's; float32: the exact reference)"
-        )
-    bounds = raw.get("ratio_bounds", list(VERL_RATIO_BOUNDS))
-    ok = isinstance(bounds, list | tuple) and len(bounds) == 2 and all(map(_number, bounds))
-    if not ok or not 0 < bounds[0] < bounds[1]:
-        raise ConfigError(
-            f"analyses.mismatch.ratio_bounds must be [lo, hi] with 0 < lo < hi (verl: [0.5, 2.0]), "
-            f"got {bounds!r}"
-        )
-    return MismatchSettings(str(dtype), (float(bounds[0]), float(bounds[1])))
-
-
-def _trainer_entropy(raw: Mapping[str, Any]) -> TrainerEntropySettings:
-    key = raw.get("metric_key", METRIC_KEY)
-    tolerance = raw.get("tolerance_nats", TOLERANCE_NATS)
-    if not isinstance(key, str) or not key:
-        raise ConfigError(f"analyses.trainer_entropy.metric_key must be a W&B key, got {key!r}")
-    if not _number(tolerance) or tolerance < 0:
-        raise ConfigError(
-            f"analyses.trainer_entropy.tolerance_nats must be a number ≥ 0, got {tolerance!r}"
-        )
-    return TrainerEntropySettings(key, float(tolerance))
-
-
-def _delta_logprob(raw: Mapping[str, Any]) -> DeltaLogprobSettings:
-    return DeltaLogprobSettings(
-        top_n=positive_int(raw.get("top_n", TOP_N), "analyses.delta_logprob.top_n"),
-        min_count=positive_int(raw.get("min_count", MIN_COUNT), "analyses.delta_logprob.min_count"),
-    )
-
+#: ``dynamics_params(raw)``: :meth:`DynamicsParams.of` (the pre-run check's name for it).
+dynamics_params = DynamicsParams.of
+#: ``analyses_params(raw)``: :meth:`AnalysesParams.of`.
+analyses_params = AnalysesParams.of
 
 __all__ = [
     "AnalysesParams",

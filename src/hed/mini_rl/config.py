@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hed.config.layout import StudyLayout, configured_steps, data_root, run_roles
-from hed.config.mini_rl import WANDB_SUBDIR, MiniRLParams, mapping
+from hed.config.mini_rl import DEFAULT_REWARD, WANDB_SUBDIR, MiniRLParams
 from hed.config.params import positive_int
 from hed.config.prompt_params import PromptsParams
 from hed.errors import ConfigError
@@ -96,7 +96,7 @@ class TrainingSpec:
         torch_threads: CPU threads for training (None: the cores other processes leave free,
             re-measured before every step; :mod:`hed.mini_rl.cpu`).
         prompt_params: the rendering keys of ``params:prompts`` (:data:`PROMPT_KEYS`).
-        task: ``mini_rl.task`` as given.
+        task: ``mini_rl.task``, the keys as written (the fingerprint hashes them).
         reward: grader of the reward and the validation (:data:`hed.mini_rl.reward.GRADERS`).
     """
 
@@ -114,7 +114,7 @@ class TrainingSpec:
     torch_threads: int | None
     prompt_params: Mapping[str, Any]
     task: Mapping[str, Any]
-    reward: str = MiniRLParams.reward
+    reward: str = DEFAULT_REWARD
 
     @property
     def max_steps(self) -> int:
@@ -234,7 +234,7 @@ def training_specs(
                 validation_batch_size=params.validation.batch_size,
                 torch_threads=params.torch_threads,
                 prompt_params=prompt,
-                task=mapping(params.raw.get("task"), "mini_rl.task"),
+                task=params.task.model_dump(mode="json", exclude_unset=True) if params.task else {},
                 reward=params.reward,
             )
         )

@@ -11,7 +11,7 @@ from typing import Any
 from kedro.pipeline import Node, Pipeline
 
 from hed.config.layout import TRAINING_MANIFEST, active_params, training_inputs  # noqa: F401 - re-exported
-from hed.errors import ConfigError
+from hed.config.mini_rl import training_runs
 from hed.pipelines.binding import bound
 
 from .nodes import collect_training_manifests, generate_task_sets, train_policy
@@ -32,9 +32,7 @@ def create_pipeline(params: dict[str, Any] | None = None, **kwargs) -> Pipeline:
     mini_rl = params.get("mini_rl")
     if not mini_rl:
         return Pipeline([])
-    run_names = list(mini_rl.get("runs") or {})
-    if not run_names:
-        raise ConfigError("mini_rl.runs is empty: name the runs to train (keys of `runs`)")
+    run_names = list(training_runs(mini_rl.get("runs")))
     train_nodes = []
     for index, run in enumerate(run_names):
         inputs = {

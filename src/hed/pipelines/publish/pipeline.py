@@ -8,7 +8,6 @@ from typing import Any
 from kedro.pipeline import Node, Pipeline
 
 from hed.config.layout import active_params, layout_from_params
-from hed.config.publish import PublishParams
 from hed.io.provenance import RUN_CONTEXT
 
 from .nodes import commit_study_to_hub, log_study_to_wandb, plan_publication, plan_study_bundle
@@ -52,7 +51,7 @@ def create_pipeline(params: dict[str, Any] | None = None, **kwargs) -> Pipeline:
     if not destinations:
         return Pipeline(nodes)
     records = []
-    if publish.get("include_records", PublishParams.include_records) is not False:
+    if publish.get("include_records") is not False:  # the default: true
         layout = layout_from_params(params)
         records = [
             f"{run.name}.step_{step}.{table}"

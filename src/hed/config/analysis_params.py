@@ -13,7 +13,6 @@ default once; the defaults' values come from the analysis module that uses them
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, Strict, field_validator
@@ -22,8 +21,7 @@ from hed.analysis.covariance import BATCH_RECORDS, CLIP_COV_BAND, KL_COV_RATIO, 
 from hed.analysis.delta_logprob import MIN_COUNT, TOP_N
 from hed.analysis.mismatch import MISMATCH_DTYPE, MISMATCH_DTYPES, VERL_RATIO_BOUNDS
 from hed.analysis.trainer_entropy import METRIC_KEY, TOLERANCE_NATS
-from hed.config.model import Fraction, Number, PositiveInt, PositiveNumber
-from hed.config.worded import Worded
+from hed.config.model import Fraction, Number, PositiveInt, PositiveNumber, Section
 from hed.core.advantage import DEFAULT_EPSILON, ESTIMATORS, check_estimators
 from hed.report.style import DPI, DYNAMICS_STYLE, MAX_DPI, MIN_DPI, FigureStyle, figure_style
 
@@ -31,12 +29,10 @@ from hed.report.style import DPI, DYNAMICS_STYLE, MAX_DPI, MIN_DPI, FigureStyle,
 #: two rows; defaults :data:`hed.report.style.DYNAMICS_STYLE`).
 DynamicsFigures = FigureStyle
 
-_POSITIVE_INT = "must be a positive integer"
-
 
 def _ascending(pair: tuple[float, float]) -> tuple[float, float]:
     if not pair[0] < pair[1]:
-        raise ValueError("lo must be < hi")
+        raise ValueError("[lo, hi] with lo < hi")
     return pair
 
 
@@ -48,16 +44,10 @@ PositiveBand = Annotated[tuple[PositiveNumber, PositiveNumber], AfterValidator(_
 # ------------------------------------------------------------------ dynamics
 
 
-class DynamicsParams(Worded):
+class DynamicsParams(Section):
     """``params:dynamics`` (see ``conf/base/parameters_dynamics.yml``)."""
 
     section: ClassVar[str] = "dynamics"
-    says: ClassVar[Mapping[str, str]] = {
-        "epsilon": "must be a positive number",
-        "kl_cov_ratio": "must be a number in (0, 1]",
-        "clip_cov_band": "must be [lo, hi] with lo < hi (verl: [1.0, 5.0])",
-        "batch_records": _POSITIVE_INT,
-    }
 
     estimators: tuple[str, ...] = ESTIMATORS
     """Advantage estimators to compute (``grpo``: (r − mean)/(std + ε), DeepSeekMath;
@@ -92,15 +82,10 @@ class DynamicsParams(Worded):
 # ------------------------------------------------------------------ analyses
 
 
-class MismatchSettings(Worded):
+class MismatchSettings(Section):
     """``analyses.mismatch``: how a step's own responses are re-scored and compared."""
 
     section: ClassVar[str] = "analyses.mismatch"
-    says: ClassVar[Mapping[str, str]] = {
-        "dtype": f"{{key}}: {{value}} is not one of {', '.join(MISMATCH_DTYPES)} "
-        "(bfloat16: the trainer's; float32: the exact reference)",
-        "ratio_bounds": "must be [lo, hi] with 0 < lo < hi (verl: [0.5, 2.0])",
-    }
 
     dtype: Literal[MISMATCH_DTYPES] = MISMATCH_DTYPE  # type: ignore[valid-type]
     """The re-scoring dtype (bfloat16: the trainer's; float32: the exact reference)."""
@@ -108,14 +93,10 @@ class MismatchSettings(Worded):
     """(lo, hi) of the importance ratio r = q/p counted as in bounds, 0 < lo < hi (verl)."""
 
 
-class TrainerEntropySettings(Worded):
+class TrainerEntropySettings(Section):
     """``analyses.trainer_entropy``: the trainer's logged entropy next to HED's."""
 
     section: ClassVar[str] = "analyses.trainer_entropy"
-    says: ClassVar[Mapping[str, str]] = {
-        "metric_key": "must be a W&B key",
-        "tolerance_nats": "must be a number ≥ 0",
-    }
 
     metric_key: Annotated[str, Field(min_length=1)] = METRIC_KEY
     """The W&B key of the trainer's mean entropy (verl: ``actor/entropy``)."""
@@ -123,11 +104,10 @@ class TrainerEntropySettings(Worded):
     """A larger |HED's − the trainer's| mean entropy (nats) logs a warning."""
 
 
-class DeltaLogprobSettings(Worded):
+class DeltaLogprobSettings(Section):
     """``analyses.delta_logprob``: the words listed in ``delta_logprob_top_tokens``."""
 
     section: ClassVar[str] = "analyses.delta_logprob"
-    says: ClassVar[Mapping[str, str]] = {"top_n": _POSITIVE_INT, "min_count": _POSITIVE_INT}
 
     top_n: PositiveInt = TOP_N
     """Words listed per direction (rose, fell)."""
@@ -135,13 +115,10 @@ class DeltaLogprobSettings(Worded):
     """Tokens a word needs to be listed."""
 
 
-class AnalysesParams(Worded):
+class AnalysesParams(Section):
     """``params:analyses`` (see ``conf/base/parameters_analyses.yml``)."""
 
     section: ClassVar[str] = "analyses"
-    says: ClassVar[Mapping[str, str]] = {
-        "dpi": f"must be an integer from {MIN_DPI} to {MAX_DPI}",
-    }
 
     reference_run: str | None = None
     """The run ``runs_comparison`` takes deltas to (null: the first run)."""

@@ -19,7 +19,7 @@ from typing import Any
 import annotated_types as at
 from pydantic import BaseModel, ValidationError
 
-from hed.errors import ConfigError
+from hed.errors import ConfigError, HEDError
 
 #: Sections not in ``parameters_<section>.yml`` (:data:`hed.config.sections.FILES`).
 _FILES = {"runs": "parameters.yml", "prompts": "parameters_generation.yml"}
@@ -27,7 +27,7 @@ _FILES = {"runs": "parameters.yml", "prompts": "parameters_generation.yml"}
 
 def config_error(
     exc: ValidationError, model: type, section: str, sources: Mapping[str, str] | None = None
-) -> ConfigError:
+) -> HEDError:
     """The first error of ``exc`` (raised validating ``model``) as one line.
 
     Args:
@@ -37,14 +37,15 @@ def config_error(
         sources: dotted key -> ``conf/<env>/parameters_<x>.yml`` or ``--params``.
 
     Returns:
-        The :class:`ConfigError` to raise (a validator's own ConfigError as it wrote it).
+        The :class:`ConfigError` to raise (a validator's own :class:`~hed.errors.HEDError`, at
+        any depth of nesting, as it wrote it).
     """
     errors = exc.errors(include_url=False)
     unknown = [e for e in errors if e["type"] == "extra_forbidden"]
     error = unknown[0] if unknown else errors[0]
     raised = error.get("ctx", {}).get("error")
-    if isinstance(raised, ConfigError):
-        return raised
+    if isinstance(raised, HEDError):
+        return raised  # type: ignore[return-value]
     loc = [str(part) for part in error["loc"]]
     key = ".".join(p for p in (section, *loc) if p)
     found = sources.get(key) if sources is not None else None
@@ -132,6 +133,9 @@ def _rule(model: type, loc: list[str]) -> str | None:
         metadata += [m for e in extra for m in getattr(e, "metadata", [e])]
     bounds = {type(m).__name__: getattr(m, next(iter(m.__dataclass_fields__)))
               for m in metadata if isinstance(m, at.Gt | at.Ge | at.Lt | at.Le)}  # fmt: skip
+    if annotation is str and any(getattr(m, "min_length", None) or getattr(m, "pattern", None)
+                                 for m in metadata):  # fmt: skip
+        bounds["MinLen"] = 1
     rule = _words(annotation, bounds)
     return f"{rule} or null" if rule and optional and annotation is not bool else rule
 
@@ -150,7 +154,9 @@ def _words(annotation: Any, bounds: dict[str, Any]) -> str | None:
             return "a number in (0, 1]"
         signs = {"Gt": ">", "Ge": ">=", "Lt": "<", "Le": "<="}
         return " ".join(["a number", " and ".join(f"{signs[b]} {v:g}" for b, v in bounds.items())])
-    return {bool: "true or false (unquoted)", str: "a string"}.get(annotation)
+    if annotation is str:
+        return "a non-empty string" if bounds.get("MinLen") else "a string"
+    return {bool: "true or false (unquoted)"}.get(annotation)
 
 
 __all__ = ["config_error"]

@@ -19,8 +19,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from hed.config.model import Bool, Int, PositiveInt
-from hed.config.worded import Worded, empty_is, null_is
+from hed.config.model import Bool, Int, PositiveInt, Section, empty_is, null_is
 from hed.errors import ConfigError
 
 #: ``mini_rl.validation.metric_key`` unless set: the W&B key of held-out pass@1.
@@ -32,8 +31,6 @@ WANDB_SUBDIR = "01_raw/wandb"
 
 #: a non-empty string
 Text = Annotated[str, Field(min_length=1)]
-_POSITIVE_INT = "must be a positive integer"
-_TEXT = "must be a non-empty string"
 
 
 def mapping(value: Any, where: str) -> dict[str, Any]:
@@ -49,14 +46,10 @@ def mapping(value: Any, where: str) -> dict[str, Any]:
     return dict(value)
 
 
-class TaskParams(Worded):
+class TaskParams(Section):
     """``mini_rl.task``: the arithmetic task sets."""
 
     section: ClassVar[str] = "mini_rl.task"
-    says: ClassVar[Mapping[str, str]] = {
-        "num_train": _POSITIVE_INT, "num_validation": _POSITIVE_INT,
-        "seed": "must be an integer", "kinds": "must be a list of problem kinds",
-    }  # fmt: skip
 
     num_train: PositiveInt
     """Training problems."""
@@ -68,14 +61,10 @@ class TaskParams(Worded):
     """Problem kinds to draw from (null or empty: every kind of :data:`hed.mini_rl.tasks.KINDS`)."""
 
 
-class BaseModelParams(Worded):
+class BaseModelParams(Section):
     """``mini_rl.base_model``: the initial policy."""
 
     section: ClassVar[str] = "mini_rl.base_model"
-    says: ClassVar[Mapping[str, str]] = {
-        "model_dir": "{key} is missing: the initial policy's HuggingFace folder",
-        "embedded": "must be true or false (unquoted)",
-    }
 
     model_dir: Text
     """Its HuggingFace folder."""
@@ -83,11 +72,10 @@ class BaseModelParams(Worded):
     """Materialise the embedded SmolLM2 there when it is missing."""
 
 
-class TrainingWandbParams(Worded):
+class TrainingWandbParams(Section):
     """``mini_rl.wandb``: where the training's offline W&B runs go."""
 
     section: ClassVar[str] = "mini_rl.wandb"
-    says: ClassVar[Mapping[str, str]] = {"project": _TEXT, "dir": "must be a folder or null"}
 
     dir: str | None = None
     """Folder of the runs' W&B folders (null: ``<data_root>/01_raw/wandb``)."""
@@ -95,13 +83,10 @@ class TrainingWandbParams(Worded):
     """W&B project written into the offline runs."""
 
 
-class ValidationParams(Worded):
+class ValidationParams(Section):
     """``mini_rl.validation``: the greedy held-out pass@1 logged at every checkpoint."""
 
     section: ClassVar[str] = "mini_rl.validation"
-    says: ClassVar[Mapping[str, str]] = {
-        "metric_key": _TEXT, "max_new_tokens": _POSITIVE_INT, "batch_size": _POSITIVE_INT,
-    }  # fmt: skip
 
     metric_key: Annotated[Text, empty_is(DEFAULT_METRIC_KEY)] = DEFAULT_METRIC_KEY
     """Its W&B key (null or empty: the default)."""
@@ -111,14 +96,10 @@ class ValidationParams(Worded):
     """Prompts per ``generate`` call."""
 
 
-class MiniRLParams(Worded):
+class MiniRLParams(Section):
     """``params:mini_rl`` (``conf/mini_dapo/parameters_mini_rl.yml``)."""
 
     section: ClassVar[str] = "mini_rl"
-    says: ClassVar[Mapping[str, str]] = {
-        "training": "must be a mapping", "reward": _TEXT,
-        "torch_threads": "must be a positive integer or null",
-    }  # fmt: skip
 
     base_model: BaseModelParams = Field(default_factory=dict)  # type: ignore[arg-type]
     """The initial policy (``model_dir`` is required)."""

@@ -19,7 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    model_validator,
+)
 
 #: an integer, never a bool (``true`` is refused where a count is asked)
 Int = Annotated[int, Strict()]
@@ -35,6 +43,16 @@ PositiveNumber = Annotated[float, Strict(), Field(gt=0)]
 Fraction = Annotated[float, Strict(), Field(gt=0, le=1)]
 #: true or false, never 0/1 or a string
 Bool = Annotated[bool, Strict()]
+
+
+def null_is(default: Any) -> BeforeValidator:
+    """``Annotated`` metadata: ``null`` means ``default``."""
+    return BeforeValidator(lambda value: default if value is None else value)
+
+
+def empty_is(default: Any) -> BeforeValidator:
+    """``Annotated`` metadata: an empty value (``null``, ``""``, ``[]``) means ``default``."""
+    return BeforeValidator(lambda value: value or default)
 
 
 class Section(BaseModel):
@@ -67,6 +85,7 @@ class Section(BaseModel):
         *,
         section: str | None = None,
         sources: Mapping[str, str] | None = None,
+        context: Mapping[str, Any] | None = None,
     ) -> Self:
         """Parse ``raw`` (a section's mapping, ``None`` for all defaults, or an instance).
 
@@ -75,16 +94,20 @@ class Section(BaseModel):
             section: dotted name for messages, when not :attr:`section` (a run's
                 ``runs.<run>``).
             sources: dotted key -> the file (or ``--params``) that set it, for messages.
+            context: pydantic's validation context (what a validator needs besides the
+                section, e.g. the study's run names).
 
         Raises:
             ConfigError: one line naming the dotted key, the value, what is allowed and,
-                for an unknown key, the nearest valid one.
+                for an unknown key, the nearest valid one (a validator's own
+                :class:`~hed.errors.HEDError` as it is).
         """
         if isinstance(raw, cls):
             return raw
         from hed.config.messages import config_error
 
         try:
-            return cls.model_validate(dict(raw) if isinstance(raw, Mapping) else raw)
+            data = dict(raw) if isinstance(raw, Mapping) else raw
+            return cls.model_validate(data, context=dict(context) if context else None)
         except ValidationError as exc:
             raise config_error(exc, cls, section or cls.section, sources) from None

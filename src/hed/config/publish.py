@@ -13,13 +13,11 @@ the pre-run check parses it (:meth:`PublishParams.of`, alias :func:`publish_para
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from hed.config.model import Bool
-from hed.config.worded import Worded
+from hed.config.model import Bool, Section
 from hed.errors import ConfigError
 
 #: ``publish.wandb.mode`` values (``null``: ``WANDB_MODE`` when set, else online).
@@ -30,18 +28,12 @@ Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)] | 
 
 # a Hub repo id: `<owner>/<name>`, names of letters, digits, `-`, `_`, `.` (Hub rules)
 _REPO_ID = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$"
-_BOOL = "must be true or false (unquoted)"
-_TEXT = "must be a non-empty string or null"
 
 
-class WandbPublishParams(Worded):
+class WandbPublishParams(Section):
     """``publish.wandb``: the W&B run a study is logged to."""
 
     section: ClassVar[str] = "publish.wandb"
-    says: ClassVar[Mapping[str, str]] = {
-        "enabled": _BOOL, "project": _TEXT, "entity": _TEXT, "name": _TEXT, "dir": _TEXT,
-        "mode": "must be online, offline or null", "tags": "must be a list of strings",
-    }  # fmt: skip
 
     enabled: Bool = False
     """Log the study to W&B when ``kedro run --pipelines publish`` runs."""
@@ -74,14 +66,10 @@ class WandbPublishParams(Worded):
         return self
 
 
-class HubPublishParams(Worded):
+class HubPublishParams(Section):
     """``publish.hub``: the Hugging Face dataset repo a study is committed to."""
 
     section: ClassVar[str] = "publish.hub"
-    says: ClassVar[Mapping[str, str]] = {
-        "enabled": _BOOL, "private": _BOOL, "create_repo": _BOOL,
-        "revision": _TEXT, "path_in_repo": _TEXT,
-    }  # fmt: skip
 
     enabled: Bool = False
     """Commit the study when ``kedro run --pipelines publish`` runs."""
@@ -130,11 +118,10 @@ class HubPublishParams(Worded):
         return self
 
 
-class PublishParams(Worded):
+class PublishParams(Section):
     """``params:publish``: the study's results, where they are published."""
 
     section: ClassVar[str] = "publish"
-    says: ClassVar[Mapping[str, str]] = {"git_lfs": _BOOL, "include_records": _BOOL}
 
     env_name: str | None = None
     """Folder under ``results/final_artifacts/``; null: the ``--env``."""

@@ -25,8 +25,7 @@ from pydantic import (
     field_validator,
 )
 
-from hed.config.model import PositiveNumber, Section
-from hed.config.worded import Worded, null_is
+from hed.config.model import PositiveNumber, Section, null_is
 from hed.errors import ConfigError
 from hed.pass1.history import DEFAULT_METRIC_KEY, DEFAULT_STEP_KEY, SCALES
 from hed.pass1.wandb_online import TIMEOUT_S, wandb_run_ref
@@ -152,24 +151,14 @@ class RunPass1Config:
         return next((spec for spec in self.sources if spec.name in WANDB_SOURCES), None)
 
 
-def _key_says(default: str) -> str:
-    return (
-        f"{{key}} must be a non-empty string (a W&B key such as {default!r}) or null, got {{value}}"
-    )
-
-
 #: a W&B key: not blank
 WandbKey = Annotated[str, StringConstraints(pattern=r"\S")]
 
 
-class WandbDefaults(Worded):
+class WandbDefaults(Section):
     """``metrics.wandb_defaults``: the keys of W&B sources that do not name their own."""
 
     section: ClassVar[str] = "metrics.wandb_defaults"
-    says: ClassVar[Mapping[str, str]] = {
-        "metric_key": _key_says(DEFAULT_METRIC_KEY),
-        "step_key": _key_says(DEFAULT_STEP_KEY),
-    }
 
     metric_key: Annotated[WandbKey, null_is(DEFAULT_METRIC_KEY)] = DEFAULT_METRIC_KEY
     """The pass@1 key (verl: ``val-core/<data_source>/acc/mean@<n>``)."""
@@ -183,7 +172,7 @@ _AS_WRITTEN = WithJsonSchema(
 )
 
 
-class MetricsParams(Worded):
+class MetricsParams(Section):
     """``params:metrics``: each run's pass@1 sources."""
 
     section: ClassVar[str] = "metrics"

@@ -13,6 +13,14 @@ import pytest
 from .vllm_gate import pytest_collection_modifyitems, pytest_terminal_summary  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def field_defaults(model: type) -> dict:
+    """``{field: default}`` of a pydantic section model (``...``: required, no default)."""
+    return {
+        name: ... if info.is_required() else info.get_default(call_default_factory=True)
+        for name, info in model.model_fields.items()
+    }
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 MODEL_CACHE = REPO_ROOT / ".pytest_cache" / "hed_models"
 

@@ -17,8 +17,9 @@ from hed.config.mini_rl import (
     task_params,
 )
 from hed.config.preflight import hand_to_nodes, parsed_sections
-from hed.config.sections import SECTIONS
 from hed.errors import ConfigError
+
+from ..conftest import field_defaults
 
 SMALLEST = {"runs": {"a": {}}, "base_model": {"model_dir": "base/actor_hf"}}
 
@@ -41,15 +42,15 @@ def test_the_defaults_of_a_smallest_section():
     )
 
 
-def test_the_schema_takes_the_defaults_from_the_dataclasses():
-    assert SECTIONS["mini_rl.validation"] == {
+def test_the_models_declare_the_defaults():
+    assert field_defaults(ValidationParams) == {
         "metric_key": "val-core/mini_arith/acc/mean@1", "max_new_tokens": 32, "batch_size": 16
     }  # fmt: skip
-    assert SECTIONS["mini_rl.wandb"] == {"dir": None, "project": "hed-mini-rl"}
-    assert SECTIONS["mini_rl.task"] == {
+    assert field_defaults(TrainingWandbParams) == {"dir": None, "project": "hed-mini-rl"}
+    assert field_defaults(TaskParams) == {
         "num_train": ..., "num_validation": ..., "seed": 0, "kinds": None
     }  # fmt: skip
-    assert set(SECTIONS["mini_rl"]) == {
+    assert set(MiniRLParams.model_fields) == {
         "base_model", "runs", "training", "task", "wandb", "validation", "reward", "torch_threads"
     }  # fmt: skip
 
@@ -63,7 +64,7 @@ def test_the_schema_takes_the_defaults_from_the_dataclasses():
         ),
         (
             {**SMALLEST, "base_model": {"embedded": True}},
-            "mini_rl.base_model.model_dir is missing: the initial policy's HuggingFace folder",
+            "mini_rl.base_model.model_dir is missing; set it in the parameters",
         ),
         (
             {**SMALLEST, "validation": {"batch_size": 0}},
@@ -73,14 +74,17 @@ def test_the_schema_takes_the_defaults_from_the_dataclasses():
             {**SMALLEST, "wandb": {"project": ""}},
             "mini_rl.wandb.project must be a non-empty string, got ''",
         ),
-        ({**SMALLEST, "training": [1]}, "mini_rl.training must be a mapping, got [1]"),
+        (
+            {**SMALLEST, "training": [1]},
+            "mini_rl.training must be a mapping (`training: {...}`), got [1]",
+        ),
         (
             {**SMALLEST, "task": {"num_train": 8}},
-            "mini_rl.task.num_validation must be a positive integer, got None",
+            "mini_rl.task.num_validation is missing; set it in the parameters",
         ),
         (
             {**SMALLEST, "task": {"num_train": 8, "num_validation": 2, "kinds": "add"}},
-            "mini_rl.task.kinds must be a list of problem kinds, got 'add'",
+            "mini_rl.task.kinds must be a list of strings or null, got 'add'",
         ),
     ],
 )
@@ -105,7 +109,7 @@ def test_the_pre_run_check_hands_both_sections_to_the_nodes():
         {"params:mini_rl": MemoryDataset(raw), "params:mini_rl.task": MemoryDataset(task)}
     )
     parsed = parsed_sections(pipeline, catalog, "/study/data")
-    assert hand_to_nodes(catalog, parsed) == ["params:mini_rl", "params:mini_rl.task"]
+    assert sorted(hand_to_nodes(catalog, parsed)) == ["params:mini_rl", "params:mini_rl.task"]
     assert catalog.load("params:mini_rl") == mini_rl_params(raw, "/study/data")
     assert catalog.load("params:mini_rl.task") == TaskParams(
         num_train=8, num_validation=4, kinds=("add",)

@@ -10,32 +10,44 @@ import yaml
 from kedro.pipeline import Pipeline
 
 from hed.config.preflight import check_parameters
-from hed.config.publish import HubPublishParams, WandbPublishParams, publish_params
-from hed.config.sections import SECTIONS, unknown_keys
+from hed.config.publish import (
+    HubPublishParams,
+    PublishParams,
+    WandbPublishParams,
+    publish_params,
+)
+from hed.config.sections import check_unknown_keys
 from hed.errors import ConfigError
 from hed.hooks import session_data_root
 from hed.pipelines.publish import create_pipeline
 
-from ..conftest import REPO_ROOT
+from ..conftest import REPO_ROOT, field_defaults
 
 
 def test_the_shipped_file_lists_every_key_with_the_schema_defaults():
     raw = yaml.safe_load((REPO_ROOT / "conf/base/parameters_publish.yml").read_text())["publish"]
-    assert unknown_keys({"publish": raw}) == []
-    assert set(raw) == set(SECTIONS["publish"])
-    assert raw["wandb"] == SECTIONS["publish.wandb"] and raw["hub"] == SECTIONS["publish.hub"]
+    check_unknown_keys({"publish": raw})
+    assert set(raw) == set(PublishParams.model_fields)
+    assert raw["wandb"] == WandbPublishParams().model_dump(mode="json")
+    assert raw["hub"] == HubPublishParams().model_dump(mode="json")
     checked = publish_params(raw)
     assert checked.wandb == WandbPublishParams() and checked.hub == HubPublishParams()
     assert checked.git_lfs is True and checked.include_records is True
 
 
 def test_a_misspelt_key_is_refused_with_the_nearest_one():
-    params = {"publish": {"wandb": {"projet": "x"}, "hub": {"repo": "a/b"}, "git_lsf": True}}
-    assert unknown_keys(params) == [
-        ("publish.wandb.projet", "publish.wandb.project"),
-        ("publish.hub.repo", "publish.hub.repo_id"),
-        ("publish.git_lsf", "publish.git_lfs"),
-    ]
+    for key, near in [("wandb.projet", "wandb.project"), ("hub.repo", "hub.repo_id"),
+                      ("git_lsf", "git_lfs")]:  # fmt: skip
+        *parents, leaf = key.split(".")
+        section: dict = {leaf: "x"}
+        for parent in reversed(parents):
+            section = {parent: section}
+        with pytest.raises(ConfigError) as refused:
+            check_unknown_keys({"publish": section})
+        assert str(refused.value) == (
+            f"unknown parameter publish.{key}: did you mean publish.{near}? HED does not read "
+            "it, so it would be ignored"
+        )
 
 
 def test_the_pre_run_check_reads_the_publish_section():
@@ -91,17 +103,18 @@ def test_an_hf_data_root_is_refused_pointing_to_publish(tmp_path):
 
 
 def test_the_defaults_live_in_the_dataclasses_and_the_schema_reads_them():
-    from hed.config.publish import PublishParams
 
     parsed = publish_params(None)
     assert parsed == PublishParams() == publish_params({})
     assert (parsed.env_name, parsed.git_lfs, parsed.include_records) == (None, True, True)
     assert parsed.wandb == WandbPublishParams(enabled=False, project=None, tags=())
     assert parsed.hub == HubPublishParams(enabled=False, private=True, create_repo=True)
-    assert SECTIONS["publish"] == {
-        "env_name": None, "git_lfs": True, "include_records": True, "wandb": {}, "hub": {}
+    assert field_defaults(PublishParams) == {
+        "env_name": None, "git_lfs": True, "include_records": True,
+        "wandb": WandbPublishParams(), "hub": HubPublishParams(),
     }  # fmt: skip
-    assert SECTIONS["publish.wandb"]["tags"] == [] and SECTIONS["publish.hub"]["private"] is True
+    assert field_defaults(WandbPublishParams)["tags"] == ()
+    assert field_defaults(HubPublishParams)["private"] is True
     assert PublishParams.of(parsed) is parsed
     assert PublishParams.of({"git_lfs": False}) == PublishParams(git_lfs=False)
 
@@ -116,7 +129,7 @@ def test_the_defaults_live_in_the_dataclasses_and_the_schema_reads_them():
         ),
         (
             {"wandb": {"mode": "sync"}},
-            "publish.wandb.mode must be online, offline or null, got 'sync'",
+            "publish.wandb.mode must be one of online, offline or null, got 'sync'",
         ),
     ],
 )

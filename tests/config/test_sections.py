@@ -15,6 +15,7 @@ from hed.config.params import AggregationParams, GenerationParams, ReportingPara
 from hed.config.preflight import hand_to_nodes, parsed_sections
 from hed.config.prompt_params import PromptsParams
 from hed.decode.types import SamplingParams, VLLMSettings
+from hed.pass1 import config as pass1_config
 
 BASE = Path(__file__).resolve().parents[2] / "conf" / "base"
 

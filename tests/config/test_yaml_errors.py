@@ -16,13 +16,13 @@ FILE = "conf/base/parameters_generation.yml"
         (  # a mis-indented key: PyYAML's ParserError
             "  answer_column: answer",
             "   answer_column: answer",
-            f"ConfigError: {FILE} line 4, column 4: not valid YAML (did not find expected key); "
+            f"ConfigError: {FILE} line 5, column 4: not valid YAML (did not find expected key); "
             "fix the YAML there",
         ),
         (  # a tab before a key: PyYAML's ScannerError
             "  answer_column: answer",
             "\tanswer_column: answer",
-            f"ConfigError: {FILE} line 4, column 1: not valid YAML (found character that cannot "
+            f"ConfigError: {FILE} line 5, column 1: not valid YAML (found character that cannot "
             "start any token); fix the YAML there",
         ),
     ],

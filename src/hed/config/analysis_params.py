@@ -23,11 +23,19 @@ from hed.analysis.mismatch import MISMATCH_DTYPE, MISMATCH_DTYPES, VERL_RATIO_BO
 from hed.analysis.trainer_entropy import METRIC_KEY, TOLERANCE_NATS
 from hed.config.model import Fraction, Number, PositiveInt, PositiveNumber, Section
 from hed.core.advantage import DEFAULT_EPSILON, ESTIMATORS, check_estimators
-from hed.report.style import DPI, DYNAMICS_STYLE, MAX_DPI, MIN_DPI, FigureStyle, figure_style
+from hed.report.style import (
+    DPI,
+    DYNAMICS_STYLE,
+    MAX_DPI,
+    MIN_DPI,
+    DynamicsStyle,
+    FigureStyle,
+    figure_style,
+)
 
 #: ``dynamics.figures``: the style of the dynamics figures (one column of panels per run,
 #: two rows; defaults :data:`hed.report.style.DYNAMICS_STYLE`).
-DynamicsFigures = FigureStyle
+DynamicsFigures = DynamicsStyle
 
 
 def _ascending(pair: tuple[float, float]) -> tuple[float, float]:

@@ -141,8 +141,12 @@ def _rule(model: type, loc: list[str]) -> str | None:
 
 
 def _words(annotation: Any, bounds: dict[str, Any]) -> str | None:
-    if typing.get_origin(annotation) is typing.Literal:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
         return "one of " + ", ".join(map(str, typing.get_args(annotation)))
+    if origin is tuple:
+        items = typing.get_args(annotation)
+        return "a list of strings" if items == (str, ...) else "a list"
     if annotation is int:
         ints = {(0, None): "a positive integer", (None, 0): "a non-negative integer"}
         rule = ints.get((bounds.get("Gt"), bounds.get("Ge")), "an integer")
@@ -150,13 +154,14 @@ def _words(annotation: Any, bounds: dict[str, Any]) -> str | None:
             rule = f"an integer from {bounds['Ge']} to {bounds['Le']}"
         return rule
     if annotation is float:
-        if bounds == {"Gt": 0, "Le": 1}:
-            return "a number in (0, 1]"
         signs = {"Gt": ">", "Ge": ">=", "Lt": "<", "Le": "<="}
-        return " ".join(["a number", " and ".join(f"{signs[b]} {v:g}" for b, v in bounds.items())])
-    if annotation is str:
-        return "a non-empty string" if bounds.get("MinLen") else "a string"
-    return {bool: "true or false (unquoted)"}.get(annotation)
+        ranged = " and ".join(f"{signs[b]} {v:g}" for b, v in bounds.items())
+        return (
+            "a number in (0, 1]" if bounds == {"Gt": 0, "Le": 1} else f"a number {ranged}".strip()
+        )
+    words = {bool: "true or false (unquoted)",
+             str: "a non-empty string" if bounds.get("MinLen") else "a string"}  # fmt: skip
+    return words.get(annotation)
 
 
 __all__ = ["config_error"]

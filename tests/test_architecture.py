@@ -55,7 +55,6 @@ TOP = len(LAYERS)
 _SECTION_BASE = "the pydantic Section base sits in config until it moves below pass1 (core)"
 KNOWN_UPWARD: dict[tuple[str, str], str] = {
     ("hed.pass1.config", "hed.config.model"): _SECTION_BASE,
-    ("hed.pass1.config", "hed.config.worded"): _SECTION_BASE,
     ("hed.pass1.config", "hed.config.messages"): _SECTION_BASE,
 }
 

@@ -42,7 +42,7 @@ from hed.errors import ConfigError
 from hed.records.arrow_stream import DEFAULT_CHUNK
 from hed.records.shard_metadata import DECODING_DEFAULTS, SAMPLING_DEFAULTS
 from hed.report.explorer.options import ExplorerOptions
-from hed.report.style import Figure2Style, Figure3Style
+from hed.report.style import FIGURE2_MEASURE_NAMES, Figure2Style, Figure3Style
 from hed.report.token_report.options import TokenReportOptions
 
 
@@ -195,7 +195,7 @@ class ReportingParams(Section):
     """true: any missing part of the figures is an error (one message, all of it)."""
     top_n_words: PositiveInt = 20
     """Figure 3: words per (run, step) panel, ranked by normalised sampled probability."""
-    fig2_measure: Literal["count", "per_1k_high_entropy", "per_1k_tokens"] = "count"
+    fig2_measure: Literal[FIGURE2_MEASURE_NAMES] = "count"  # type: ignore[valid-type]
     """Figure 2's bars: count (the paper) | per 1000 high-entropy tokens | per 1000 tokens."""
     fig3: Fig3Params = Fig3Params()
     """Figure 3's steps."""

@@ -21,17 +21,6 @@ def is_integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def integer(value: Any, name: str) -> int:
-    """``value`` if it is an integer (not a bool).
-
-    Raises:
-        ConfigError: ``<name> must be an integer, got <value>``.
-    """
-    if not is_integer(value):
-        raise ConfigError(f"{name} must be an integer, got {value!r}")
-    return value
-
-
 def positive_int(value: Any, name: str, *, allow_none: bool = False) -> int | None:
     """``value`` if it is an integer ≥ 1 (not a bool); ``None`` too when ``allow_none``.
 
@@ -48,17 +37,6 @@ def positive_int(value: Any, name: str, *, allow_none: bool = False) -> int | No
     if not is_integer(value) or value < 1:
         suffix = " or null" if allow_none else ""
         raise ConfigError(f"{name} must be a positive integer{suffix}, got {value!r}")
-    return value
-
-
-def boolean(value: Any, name: str) -> bool:
-    """``value`` if it is ``true`` or ``false`` (a quoted ``"false"`` would count as true).
-
-    Raises:
-        ConfigError: ``<name> must be true or false (unquoted), got <value>``.
-    """
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be true or false (unquoted), got {value!r}")
     return value
 
 
@@ -139,8 +117,6 @@ def names(values: Iterable[str]) -> str:
 
 __all__ = [
     "Steps",
-    "boolean",
-    "integer",
     "is_integer",
     "names",
     "positive_int",

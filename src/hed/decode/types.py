@@ -251,24 +251,6 @@ class VLLMSettings:
                     f"generation.vllm.{name} must be {rule}, got {getattr(self, name)!r}"
                 )
 
-    @classmethod
-    def from_params(cls, block: dict[str, Any] | None) -> VLLMSettings:
-        """Build from the ``generation.vllm`` mapping (null: all defaults).
-
-        Raises:
-            ConfigError: not a mapping, an unknown key or an invalid value.
-        """
-        block = block or {}
-        if not isinstance(block, dict):
-            raise ConfigError(f"generation.vllm must be a mapping, got {block!r}")
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(block) - known)
-        if unknown:
-            raise ConfigError(
-                f"generation.vllm.{unknown[0]} is not a setting; known: {', '.join(sorted(known))}"
-            )
-        return cls(**block)
-
 
 __all__ = [
     "CONSISTENCY_TOLERANCE_NATS",

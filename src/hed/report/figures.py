@@ -26,7 +26,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from hed.report.style import FIGURE2_STYLE, FIGURE3_STYLE
+from hed.report.style import FIGURE2_MEASURE_NAMES, FIGURE2_STYLE, FIGURE3_STYLE
 
 #: Okabe & Ito (2008) colour-blind-safe palette.
 OKABE_ITO = {
@@ -53,11 +53,17 @@ SOURCE_MARKERS = {"wandb": "o", "wandb_offline": "D", "csv": "^", "generated": "
 FIGURE3_MEASURE_LABEL = "normalised sampled\nprobability (fraction)"
 
 #: Figure 2's bar measures (``reporting.fig2_measure``) and their left-axis labels.
-FIGURE2_MEASURES = {
-    "count": "anthropomorphic high-entropy\ntokens (count)",
-    "per_1k_high_entropy": "anthropomorphic tokens per\n1k high-entropy tokens",
-    "per_1k_tokens": "anthropomorphic high-entropy\ntokens per 1k tokens",
-}
+FIGURE2_MEASURES = dict(
+    zip(
+        FIGURE2_MEASURE_NAMES,
+        (
+            "anthropomorphic high-entropy\ntokens (count)",
+            "anthropomorphic tokens per\n1k high-entropy tokens",
+            "anthropomorphic high-entropy\ntokens per 1k tokens",
+        ),
+        strict=True,
+    )
+)
 #: How a Figure 2 step at zero and a step without data are drawn.
 ZERO_MARKER = {
     "marker": "o",

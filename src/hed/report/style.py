@@ -91,6 +91,9 @@ class DynamicsStyle(FigureStyle):
     """(width, height) in inches of one panel."""
 
 
+#: Figure 2's bar measures (``reporting.fig2_measure``; their axis labels:
+#: :data:`hed.report.figures.FIGURE2_MEASURES`).
+FIGURE2_MEASURE_NAMES = ("count", "per_1k_high_entropy", "per_1k_tokens")
 #: Figure 2's style unless ``reporting.figure2`` sets it.
 FIGURE2_STYLE = Figure2Style()
 #: Figure 3's style unless ``reporting.figure3`` sets it.
@@ -124,6 +127,7 @@ def figure_style(value: Any, key: str, default: FigureStyle) -> FigureStyle:
 __all__ = [
     "DPI",
     "DYNAMICS_STYLE",
+    "FIGURE2_MEASURE_NAMES",
     "FIGURE2_STYLE",
     "FIGURE3_STYLE",
     "MIN_DPI",

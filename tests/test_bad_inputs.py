@@ -744,7 +744,7 @@ def _(t: Ctx) -> Expect:
     from hed.decode.vllm import VLLMSettings
 
     return Expect(
-        lambda: VLLMSettings.from_params({"tensor_parallel_size": 2}),
+        lambda: VLLMSettings(tensor_parallel_size=2),
         ConfigError,
         ("generation.vllm.tensor_parallel_size: 2", "one engine per GPU"),
     )

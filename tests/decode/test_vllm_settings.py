@@ -10,12 +10,12 @@ from hed.errors import ConfigError
 
 def test_tensor_parallel_size_2_is_refused_in_one_line():
     with pytest.raises(ConfigError) as caught:
-        VLLMSettings.from_params({"tensor_parallel_size": 2})
+        VLLMSettings(tensor_parallel_size=2)
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith("generation.vllm.tensor_parallel_size: 2 is not supported: ")
     assert "set tensor_parallel_size: 1 and run one engine per GPU" in message
-    assert VLLMSettings.from_params({"tensor_parallel_size": 1}).tensor_parallel_size == 1
+    assert VLLMSettings(tensor_parallel_size=1).tensor_parallel_size == 1
     with pytest.raises(ConfigError, match=r"tensor_parallel_size must be 1, got 0"):
         VLLMSettings(tensor_parallel_size=0)
 

@@ -121,3 +121,25 @@ def test_torch_threads_are_lowered_never_raised(monkeypatch):
         assert cpus.cap_torch_threads() == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_a_kedro_session_sets_passive_openmp_before_torch_loads(given, expected):
+    """``hed.settings`` (loaded first by ``kedro run``) sets the variables, loads no torch
+    (OpenMP reads them once, when torch loads it), and keeps a value the user set."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in cpus.PASSIVE_OPENMP}
+    if given:
+        env["OMP_WAIT_POLICY"] = given
+    code = (
+        "import os, sys, hed.settings; "
+        "print(os.environ['OMP_WAIT_POLICY'], os.environ['KMP_BLOCKTIME'], "
+        "os.environ['GOMP_SPINCOUNT'], 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.splitlines()[-1].split() == [expected, "0", "0", "False"]

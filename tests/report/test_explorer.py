@@ -30,7 +30,7 @@ from hed.report.explorer import (
     render_explorer,
 )
 
-from ..browser import open_page
+from ..browser import READY, open_page
 from ..token_report_demo import RESPONSES, RUN, STEPS, demo_prompts, demo_step
 
 IMG = 'Look: <img src=x onerror="window.__img=1;alert(2)"> so 3 + 4 = 7. The answer is 7.'
@@ -317,6 +317,60 @@ def test_no_request_leaves_the_page(page):
         await new Promise(r => setTimeout(r, 300)); img.remove(); return seen.sort(); }"""
     )
     assert blocked == ["connect-src https://example.org/x", "img-src https://example.org/p.png"]
+
+
+LONG_PROMPT = (
+    "Let $x_1, x_2, \\ldots, x_{100}$ be real numbers such that the sum of every ten "
+    "consecutive terms is at most one and "
+    + "x" * 120  # a long unbroken run, as LaTeX often has
+    + " holds for every index; find the largest possible value of the sum of all terms. " * 3
+)
+
+
+@pytest.mark.parametrize("mode", ["list", "compare"])
+def test_cards_fit_a_1280_px_window(page, demo, tokenizer, tmp_path, mode):
+    """At 1,280 px (a laptop) no response card is wider than the window or than itself:
+    a long prompt and the full stats line (every measure, a long answer) stay inside."""
+    tables, _ = demo
+    steps = [
+        tr.StepInput(RUN, "single", step, seqs, records, threshold=seqs.attrs["threshold"])
+        for step, (records, seqs) in tables.items()
+    ]
+    prompts = demo_prompts().assign(prompt=LONG_PROMPT, answer="\\frac{" + "9" * 60 + "}{7}")
+    data = build_explorer(
+        steps, ExplorerOptions(responses_per_step=16), prompts=prompts, tokenizers={RUN: tokenizer}
+    )
+    path = tmp_path / "study_explorer.html"
+    path.write_text(render_explorer(data), encoding="utf-8")
+    tab = page.context.new_page()  # the browser of `page` (one Playwright per process)
+    try:
+        tab.set_viewport_size({"width": 1280, "height": 800})
+        tab.goto(path.as_uri())
+        tab.wait_for_function(READY, timeout=20_000)
+        tab.select_option("#mode", mode)
+        tab.wait_for_timeout(250)
+        boxes = tab.eval_on_selector_all(
+            "#list .resp",
+            """cards => cards.map(c => { const r = c.getBoundingClientRect();
+              const head = c.querySelector('.resphead');
+              const last = head.lastElementChild.getBoundingClientRect();
+              const box = c.closest('.cells') || c;
+              return {right: r.right, scroll: box.scrollWidth, client: box.clientWidth,
+                      headScroll: head.scrollWidth, headClient: head.clientWidth,
+                      lastRight: last.right, headRight: head.getBoundingClientRect().right,
+                      stats: head.children.length}; })""",
+        )
+        width = tab.evaluate("document.documentElement.clientWidth")
+        page_scroll = tab.evaluate("document.documentElement.scrollWidth")
+    finally:
+        tab.close()
+    assert len(boxes) >= 4 and width <= 1280
+    assert page_scroll <= width  # no horizontal scrollbar on the page
+    for box in boxes:
+        assert box["stats"] >= 9  # key, verdict, reward, A, tokens, mean H, ...
+        assert box["headScroll"] <= box["headClient"] and box["lastRight"] <= box["headRight"]
+        if mode == "list":
+            assert box["right"] <= width and box["scroll"] <= box["client"]
 
 
 # ------------------------------------------------------------------ data and escaping

@@ -19,6 +19,7 @@ from hed.decode.checkpoints import (
     check_same_vocabulary,
     checkpoint_fingerprint,
     model_dir_for_step,
+    warn_identical_checkpoints,
 )
 from hed.decode.embedded import ensure_embedded_checkpoint
 from hed.decode.prompts import (
@@ -139,6 +140,8 @@ def resolve_checkpoints(
     Returns:
         ``checkpoints``: ``{run: {"role", "checkpoint_root", "steps": {"<step>": fingerprint}}}``
         where a fingerprint holds ``model_dir``, ``config_sha256`` and ``weights_index_sha256``.
+        Byte-identical checkpoints of two runs or steps get one warning
+        (:func:`~hed.decode.checkpoints.warn_identical_checkpoints`).
 
     Raises:
         CheckpointError: a step folder is missing, config-only, or LoRA-only, or the run's
@@ -157,6 +160,7 @@ def resolve_checkpoints(
             "steps": {str(step): checkpoint_fingerprint(d) for step, d in model_dirs.items()},
         }
         logger.info("Run %s: %d checkpoint(s), steps %s", run.name, len(run.steps), list(run.steps))
+    warn_identical_checkpoints({run: entry["steps"] for run, entry in resolved.items()})
     return resolved
 
 

@@ -179,3 +179,4 @@ def test_the_printed_commands_bring_the_study_to_a_clean_state(finished, tmp_pat
         failure = run_as_printed(project, command)
         assert failure is None, f"{change}: `{command}` failed as printed: {failure}"
         refusal = run_as_printed(project, RESEARCHER_RUN)
+    print("HISTORY", change, history)

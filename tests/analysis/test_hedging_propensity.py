@@ -58,7 +58,8 @@ def test_another_lexicon_is_marked_with_the_sampled_shares_kept(caplog):
 
 
 def test_another_lexicon_is_refused_when_strict():
-    with pytest.raises(InputDataError, match=r"a\.step_3: .*refused \(reporting.strict is true\)"):
+    refused = r"a\.step_3: .*refused \(reporting.strict is true\).*`kedro hed refresh-mass`"
+    with pytest.raises(InputDataError, match=refused):
         step_hedging_propensity(records(OLD), "a", 3, NEW, strict=True)
 
 

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
 
+from hed.core.command_line import mass_refresh_command
 from hed.errors import InputDataError
 from hed.records.arrow_stream import row_group_batches
 from hed.records.sequence import MASS_COLUMNS
@@ -87,9 +88,9 @@ def other_lexicon_message(run: str, step: int, recorded: str, current: str, stri
     return (
         f"{run}.step_{step}: the anthropomorphic_mass / reasoning_mass of its token records "
         f"{then} (sha256 {recorded[:12]}, the current aggregation.lexicon is sha256 "
-        f"{current[:12]}): {what}; the sampled shares follow the current lexicon. Restore the "
-        "lexicon the shards were generated with to read them, or delete the step's shards and "
-        "rerun generation and aggregation (re-sampling) to record the current lexicon's mass"
+        f"{current[:12]}): {what}; the sampled shares follow the current lexicon. Refresh the "
+        f"mass columns without re-sampling (teacher-forced) with `{mass_refresh_command()}`, "
+        "or restore the lexicon the shards were generated with"
     )
 
 

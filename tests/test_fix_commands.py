@@ -14,10 +14,13 @@ Cost: one tiny study (2 prompts × 1 sample × 4 tokens) made once, copied per c
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import re
 import shlex
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -114,14 +117,90 @@ def _set(section: str, key: str, value: object) -> Callable[[dict], None]:
     return change
 
 
-CHANGES = {
-    "sampling_key": _sampling_key,
-    "rho": _rho,
-    "lexicon": _lexicon,
-    "pass1_source": _pass1_source,
-    "pass1_file": _pass1_file,
-    "prompts": _prompts,
-    "checkpoint_contents": _checkpoint_contents,
+def _shard_hashes(project: Path) -> dict[str, str]:
+    """sha256 of every shard file version (02_intermediate)."""
+    folder = project / "data/02_intermediate"
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*.parquet"))
+        if p.is_file()
+    }
+
+
+def _recorded(project: Path, dataset: str) -> dict:
+    path = project / "data/.hed_computed_from" / f"{dataset}.json"
+    return json.loads(path.read_text())["computed_from"]
+
+
+GENERATE_ALL = "kedro run --pipelines generation,aggregation,dynamics,reporting,analyses"
+AGGREGATE_ALL = "kedro run --pipelines aggregation,dynamics,reporting,analyses"
+METRICS_ALL = "kedro run --pipelines metrics,reporting,analyses"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One kind of change: how it is made, what the researcher runs, the commands expected
+    to be printed (in order), and a check that the study now reflects the change."""
+
+    change: Callable[[Path], None]
+    expected: list[str]
+    reflected: Callable[[Path, dict[str, str]], None]
+    researcher_run: str = RESEARCHER_RUN
+
+
+def _sampled_at_07(project: Path, before: dict[str, str]) -> None:
+    assert _recorded(project, "summary_by_step")["generation.temperature"] == 0.7
+    assert _shard_hashes(project) != before  # re-sampled
+
+
+def _rho_03(project: Path, before: dict[str, str]) -> None:
+    assert _recorded(project, "summary_by_step")["aggregation.top_entropy_frac"] == 0.3
+    assert _shard_hashes(project) == before
+
+
+def _new_lexicon(project: Path, before: dict[str, str]) -> None:
+    """Words and categories re-run at once; no shard rewritten (a lexicon change is post-hoc)."""
+    recorded = _recorded(project, f"{RUN}.step_0.token_records")
+    assert "well" in recorded["aggregation.lexicon.anthropomorphic"]
+    assert _shard_hashes(project) == before
+
+
+def _pass1(value: float) -> Callable[[Path, dict[str, str]], None]:
+    def check(project: Path, before: dict[str, str]) -> None:
+        table = sorted((project / "data/04_feature").rglob("pass1_for_figures.csv"))[-1]
+        assert f",{value}," in table.read_text() or f",{value}\n" in table.read_text()
+        assert _shard_hashes(project) == before
+
+    return check
+
+
+def _three_prompts(project: Path, before: dict[str, str]) -> None:
+    assert _recorded(project, "summary_by_step")["prompts.num_prompts"] == 3
+    assert _shard_hashes(project) != before
+
+
+def _retrained(project: Path, before: dict[str, str]) -> None:
+    """The shards were generated from the new checkpoint (its config's fingerprint)."""
+    import pyarrow.parquet as pq
+
+    config = project / "data/01_raw/checkpoints" / RUN / "global_step_0/actor_hf/config.json"
+    expected = hashlib.sha256(config.read_bytes()).hexdigest()
+    shards = sorted((project / "data/02_intermediate/token_records").rglob("shard_0.parquet"))
+    newest = [p for p in shards if p.is_file()][-1]
+    meta = json.loads(pq.read_schema(newest).metadata[b"hed.generation"])
+    assert meta["checkpoint"]["config_sha256"] == expected
+
+
+CASES = {
+    "sampling_key": Case(_sampling_key, [GENERATE_ALL], _sampled_at_07),
+    "rho": Case(_rho, [AGGREGATE_ALL], _rho_03),
+    "lexicon": Case(_lexicon, [AGGREGATE_ALL], _new_lexicon),
+    "pass1_source": Case(_pass1_source, [METRICS_ALL], _pass1(0.0)),
+    "pass1_file": Case(_pass1_file, [METRICS_ALL], _pass1(0.5)),
+    "prompts": Case(_prompts, [GENERATE_ALL], _three_prompts),
+    # a checkpoint is fingerprinted when generation resolves it: a researcher who retrained
+    # one runs the whole chain (reporting alone does not read the checkpoints)
+    "checkpoint_contents": Case(_checkpoint_contents, [], _retrained, "kedro run"),
 }
 
 
@@ -166,17 +245,20 @@ def printed_command(message: str) -> str:
     return found.group(1)
 
 
-@pytest.mark.parametrize("change", list(CHANGES), ids=list(CHANGES))
-def test_the_printed_commands_bring_the_study_to_a_clean_state(finished, tmp_path, change):
+@pytest.mark.parametrize("name", list(CASES), ids=list(CASES))
+def test_the_printed_commands_bring_the_study_to_a_clean_state(finished, tmp_path, name):
+    case = CASES[name]
     project = Path(shutil.copytree(finished, tmp_path / "project", symlinks=True))
-    CHANGES[change](project)
+    before = _shard_hashes(project)
+    case.change(project)
     history: list[str] = []
-    refusal = run_as_printed(project, RESEARCHER_RUN)
+    refusal = run_as_printed(project, case.researcher_run)
     while refusal is not None:
-        assert len(history) < MAX_COMMANDS, f"{change}: still refused after {history}: {refusal}"
+        assert len(history) < MAX_COMMANDS, f"{name}: still refused after {history}: {refusal}"
         command = printed_command(refusal)
         history.append(command)
         failure = run_as_printed(project, command)
-        assert failure is None, f"{change}: `{command}` failed as printed: {failure}"
-        refusal = run_as_printed(project, RESEARCHER_RUN)
-    print("HISTORY", change, history)
+        assert failure is None, f"{name}: `{command}` failed as printed: {failure}"
+        refusal = run_as_printed(project, case.researcher_run)
+    assert history == case.expected
+    case.reflected(project, before)

@@ -105,9 +105,9 @@ def _checkpoint_contents(project: Path) -> None:
     for file in model.iterdir():
         (link / file.name).symlink_to(file)
     (link / "config.json").unlink()
-    config = yaml.safe_load((model / "config.json").read_text())  # JSON is YAML
+    config = json.loads((model / "config.json").read_text())
     config["hed_test_retrained"] = True
-    (link / "config.json").write_text(yaml.safe_dump(config))
+    (link / "config.json").write_text(json.dumps(config))
 
 
 def _set(section: str, key: str, value: object) -> Callable[[dict], None]:

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from kedro.framework.project import configure_project, pipelines
@@ -30,7 +32,7 @@ from kedro.framework.session import KedroSession
 
 from hed.errors import short_message
 
-from .project_copy import RUN, TINY, copy_project, run_kedro, set_parameters
+from .project_copy import RUN, TINY, copy_project, run_kedro, run_kedro_cli, set_parameters
 
 CSV = "data/01_raw/metrics/pass1_by_hand.csv"
 #: What a researcher runs after a change: the figures and the analyses.
@@ -46,24 +48,48 @@ def _edit(project: Path, name: str, change: Callable[[dict], None]) -> None:
     path.write_text(yaml.safe_dump(params, sort_keys=False))
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory, smollm2_dir) -> Path:
-    """A tiny study run to the end once (pass@1 from a CSV file; no token report)."""
-    project = copy_project(tmp_path_factory.mktemp("fix_commands") / "project", smollm2_dir)
+def _finished_study(project: Path, smollm2_dir: Path, two_runs: bool) -> Path:
+    """A tiny study run to the end once (pass@1 from a CSV file; no token report); with
+    ``two_runs``, a second run ``b`` (its step 0 the same model) so that strict mode applies."""
+    copy_project(project, smollm2_dir)
     set_parameters(project, TINY)
     (project / CSV).parent.mkdir(parents=True, exist_ok=True)
     (project / CSV).write_text("step,pass1\n0,0.25\n")
+    runs = [RUN, "b"] if two_runs else [RUN]
 
     def csv_source(params: dict) -> None:
-        params["metrics"]["runs"][RUN] = {"sources": {"csv": {"path": CSV}}}
+        params["metrics"]["runs"] = {run: {"sources": {"csv": {"path": CSV}}} for run in runs}
 
     def no_token_report(params: dict) -> None:
         params["reporting"]["token_report"]["enabled"] = False
 
+    def second_run(params: dict) -> None:
+        step = project / "data/01_raw/checkpoints/b/global_step_0"
+        step.mkdir(parents=True)
+        (step / "actor_hf").symlink_to(smollm2_dir, target_is_directory=True)
+        params["runs"][RUN]["role"] = "with_clip"
+        params["runs"]["b"] = {**params["runs"][RUN], "role": "without_clip"}
+        params["runs"]["b"]["checkpoint_root"] = "data/01_raw/checkpoints/b"
+        params["runs"]["b"]["embedded"] = False
+
     _edit(project, "parameters_metrics.yml", csv_source)
     _edit(project, "parameters_reporting.yml", no_token_report)
+    if two_runs:
+        _edit(project, "parameters.yml", second_run)
     run_kedro(project)
     return project
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, smollm2_dir) -> Path:
+    """A finished tiny study of one run."""
+    return _finished_study(tmp_path_factory.mktemp("fix_commands") / "project", smollm2_dir, False)
+
+
+@pytest.fixture(scope="module")
+def finished_two_runs(tmp_path_factory, smollm2_dir) -> Path:
+    """A finished tiny study of two runs (with_clip, without_clip): strict mode's figures."""
+    return _finished_study(tmp_path_factory.mktemp("fix_commands2") / "project", smollm2_dir, True)
 
 
 def _sampling_key(project: Path) -> None:
@@ -79,6 +105,11 @@ def _lexicon(project: Path) -> None:
         params["aggregation"]["lexicon"]["anthropomorphic"].append("well")
 
     _edit(project, "parameters_aggregation.yml", add_word)
+
+
+def _lexicon_strict(project: Path) -> None:
+    _lexicon(project)
+    _edit(project, "parameters_reporting.yml", _set("reporting", "strict", True))
 
 
 def _pass1_source(project: Path) -> None:
@@ -146,6 +177,7 @@ class Case:
     expected: list[str]
     reflected: Callable[[Path, dict[str, str]], None]
     researcher_run: str = RESEARCHER_RUN
+    study: str = "finished"
 
 
 def _sampled_at_07(project: Path, before: dict[str, str]) -> None:
@@ -158,11 +190,30 @@ def _rho_03(project: Path, before: dict[str, str]) -> None:
     assert _shard_hashes(project) == before
 
 
+def _propensity_rows(project: Path) -> list[dict]:
+    table = sorted((project / "data/04_feature").rglob("hedging_propensity_by_step.csv"))[-1]
+    return pd.read_csv(table).to_dict("records")
+
+
 def _new_lexicon(project: Path, before: dict[str, str]) -> None:
-    """Words and categories re-run at once; no shard rewritten (a lexicon change is post-hoc)."""
+    """Words and categories re-run at once; no shard rewritten (a lexicon change is post-hoc);
+    the mass columns, summed over the old lexicon, are marked."""
     recorded = _recorded(project, f"{RUN}.step_0.token_records")
     assert "well" in recorded["aggregation.lexicon.anthropomorphic"]
     assert _shard_hashes(project) == before
+    [row] = _propensity_rows(project)
+    assert not row["mass_lexicon_current"] and np.isnan(row["mean_anthropomorphic_mass"])
+
+
+def _mass_refreshed(project: Path, before: dict[str, str]) -> None:
+    """Strict: the shards' mass columns refreshed (a new version; the earlier ones unchanged)."""
+    after = _shard_hashes(project)
+    assert all(after[name] == digest for name, digest in before.items())
+    added = sorted(set(after) - set(before))
+    assert len(added) == 2, added  # the token records of each run's shard, not the sequences
+    assert all(name.endswith("shard_0.parquet") for name in added), added
+    for row in _propensity_rows(project):
+        assert row["mass_lexicon_current"] and 0 < row["mean_anthropomorphic_mass"] < 1
 
 
 def _pass1(value: float) -> Callable[[Path, dict[str, str]], None]:
@@ -195,6 +246,9 @@ CASES = {
     "sampling_key": Case(_sampling_key, [GENERATE_ALL], _sampled_at_07),
     "rho": Case(_rho, [AGGREGATE_ALL], _rho_03),
     "lexicon": Case(_lexicon, [AGGREGATE_ALL], _new_lexicon),
+    "lexicon_strict": Case(
+        _lexicon_strict, ["kedro hed refresh-mass"], _mass_refreshed, study="finished_two_runs"
+    ),
     "pass1_source": Case(_pass1_source, [METRICS_ALL], _pass1(0.0)),
     "pass1_file": Case(_pass1_file, [METRICS_ALL], _pass1(0.5)),
     "prompts": Case(_prompts, [GENERATE_ALL], _three_prompts),
@@ -211,6 +265,10 @@ def run_as_printed(project: Path, command: str) -> str | None:
         None when it ran; the one-line message when it was refused or failed.
     """
     argv = shlex.split(command)
+    if argv[:3] == ["kedro", "hed", "refresh-mass"]:
+        result = run_kedro_cli(project, *argv[1:], check=False, env={"HED_TRACEBACK": ""})
+        lines = (result.stdout + result.stderr).strip().splitlines()
+        return None if result.returncode == 0 else lines[-1]
     assert argv[:2] == ["kedro", "run"], command
     options = {"--pipelines": None, "--env": None}
     only_missing = False
@@ -240,15 +298,18 @@ def run_as_printed(project: Path, command: str) -> str | None:
 
 def printed_command(message: str) -> str:
     """The ``kedro run`` a refusal tells the user to type."""
-    found = re.search(r"`(kedro run[^`]*)`", message) or re.search(r"\((kedro run[^)]*)\)", message)
+    found = re.search(r"`(kedro (?:run|hed)[^`]*)`", message) or re.search(
+        r"\((kedro run[^)]*)\)", message
+    )
     assert found, f"the refusal prints no command: {message}"
     return found.group(1)
 
 
 @pytest.mark.parametrize("name", list(CASES), ids=list(CASES))
-def test_the_printed_commands_bring_the_study_to_a_clean_state(finished, tmp_path, name):
+def test_the_printed_commands_bring_the_study_to_a_clean_state(request, tmp_path, name):
     case = CASES[name]
-    project = Path(shutil.copytree(finished, tmp_path / "project", symlinks=True))
+    study = request.getfixturevalue(case.study)
+    project = Path(shutil.copytree(study, tmp_path / "project", symlinks=True))
     before = _shard_hashes(project)
     case.change(project)
     history: list[str] = []

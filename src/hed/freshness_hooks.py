@@ -16,6 +16,7 @@ from hed.config.preflight import parsed_sections
 from hed.core.command_line import update_command
 from hed.hooks import session_data_root
 from hed.io.freshness import Freshness, StaleInputError
+from hed.io.mass_refresh import check_mass_lexicon
 from hed.io.missing_inputs import (
     check_inputs_exist,
     outputs_of,
@@ -67,6 +68,7 @@ class FreshnessHooks:
         self._fresh = Freshness(root)
         self._catalog = catalog
         self._parameters = catalog.load("parameters")
+        check_mass_lexicon(pipeline, catalog, self._parameters)  # strict: before staleness
         asked = run_params.get("pipeline_names") or []
 
         def command(dataset: str, changed: list[str]) -> str:

@@ -19,11 +19,12 @@ from typing import Any
 from hed.config.layout import layout_from_params
 from hed.config.params import GenerationParams, lexicon_param
 from hed.config.prompt_params import PromptsParams
-from hed.errors import ConfigError
+from hed.errors import ConfigError, InputDataError
 from hed.records.shard_checks import records_mass_lexicon
 from hed.records.shard_metadata import lexicon_sha256
 
 logger = logging.getLogger(__name__)
+
 
 def shards_to_refresh(catalog: Any, parameters: Mapping[str, Any]) -> list[str]:
     """The shard token records whose mass columns are not the current lexicon's.
@@ -46,6 +47,43 @@ def shards_to_refresh(catalog: Any, parameters: Mapping[str, Any]) -> list[str]:
             if records_mass_lexicon(catalog.load(name)) != current:
                 names.append(name)
     return names
+
+
+def check_mass_lexicon(pipeline: Any, catalog: Any, parameters: Mapping[str, Any]) -> None:
+    """Before a strict run that tabulates hedging propensity: refuse when a shard's mass
+    columns are another lexicon's, with the command that refreshes them (it also re-runs
+    aggregation and what reads it, so nothing else is left to do).
+
+    Checked before the staleness of the merged records: their fix (aggregation) would merge
+    the same shards and the hedging node would refuse them inside it.
+
+    Args:
+        pipeline: the run's pipeline (its node names).
+        catalog: the run's catalog.
+        parameters: the run's parameters (``reporting.strict``, the lexicon, the layout).
+
+    Raises:
+        InputDataError: ``reporting.strict`` is true, the run tabulates hedging propensity and
+            a shard's mass columns were computed with another lexicon.
+    """
+    from hed.config.params import ReportingParams
+    from hed.core.command_line import mass_refresh_command
+
+    if not any(node.name.endswith("tabulate_hedging_propensity") for node in pipeline.nodes):
+        return
+    if not ReportingParams.of(parameters.get("reporting") or {}).strict:
+        return
+    stale = shards_to_refresh(catalog, parameters)
+    if stale:
+        more = f" (and {len(stale) - 1} more shard file(s))" if len(stale) > 1 else ""
+        raise InputDataError(
+            f"{stale[0]}{more}: its anthropomorphic_mass / "
+            "reasoning_mass were computed with another lexicon than the current "
+            "aggregation.lexicon, and reporting.strict is true (hedging_propensity_by_step "
+            "reads them); refresh them without re-sampling with "
+            f"`{mass_refresh_command()}` (it then re-runs aggregation and what reads it), "
+            "restore the lexicon, or set reporting.strict: false to tabulate them marked"
+        )
 
 
 def refresh_study_mass(catalog: Any, parameters: Mapping[str, Any]) -> list[str]:
@@ -89,4 +127,4 @@ def refresh_study_mass(catalog: Any, parameters: Mapping[str, Any]) -> list[str]
     return names
 
 
-__all__ = ["refresh_study_mass", "shards_to_refresh"]
+__all__ = ["check_mass_lexicon", "refresh_study_mass", "shards_to_refresh"]

@@ -127,7 +127,8 @@ def explorer_pipeline(params: dict[str, Any]) -> Pipeline:
 
     Present when ``reporting.explorer`` is in the parameters and its ``enabled`` is not false.
     Inputs: ``params:reporting``, ``params:aggregation``, ``checkpoints``,
-    ``entropy_thresholds``, ``prompts``, the Figure 2 table, then every (run, step)'s ``sequences`` and ``token_records``.
+    ``entropy_thresholds``, ``prompts``, the Figure 2 table, then every (run, step)'s
+    ``sequences`` and ``token_records``.
 
     Args:
         params: the environment's parameters (``runs``, ``generation``, ``reporting``).

@@ -111,6 +111,8 @@ def test_analyses_pipeline_tables_and_figures(tmp_path, caplog):
     catalog["summary_by_step"] = MemoryDataset(pd.DataFrame(summary))
     catalog["pass1_for_figures"] = MemoryDataset(pd.DataFrame(pass1))
     catalog["params:analyses"] = MemoryDataset({"reference_run": "a", "dpi": 40})
+    catalog["params:aggregation"] = MemoryDataset({"lexicon": {"anthropomorphic": ["wait"]}})
+    catalog["params:reporting"] = MemoryDataset({"strict": False})
     catalog["params:runs"] = MemoryDataset(RUNS)
     catalog["params:metrics"] = MemoryDataset({"runs": {}})  # no W&B source: no trainer entropy
     catalog["params:generation"] = MemoryDataset(

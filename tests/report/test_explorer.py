@@ -37,6 +37,8 @@ IMG = 'Look: <img src=x onerror="window.__img=1;alert(2)"> so 3 + 4 = 7. The ans
 PLACEHOLDER = "I count 2, 3, 5, 7. Hmm, maybe __DATA__ or __JS__? The answer is 4."
 DEMO = {**RESPONSES, (0, 2): IMG, (2, 2): PLACEHOLDER}
 EPS = 1e-6
+#: ``params:aggregation`` of the node tests (its lexicon is compared with the records' mass).
+LEXICON = {"lexicon": {"anthropomorphic": ["hmm"], "reasoning": ["so"]}}
 
 
 def with_mass(records: pa.Table, step: int) -> pa.Table:
@@ -453,18 +455,61 @@ def test_node_is_in_the_reporting_pipeline_when_configured():
     on = create_pipeline(params={"runs": runs, "reporting": {"explorer": {}}})
     node = {n.name: n for n in on.nodes}["build_study_explorer"]
     assert node.outputs == ["study_explorer_html"]
-    assert node.inputs[:5] == [
+    assert node.inputs[:6] == [
         "params:reporting",
+        "params:aggregation",
         "checkpoints",
         "entropy_thresholds",
         "prompts",
         "figure2_single_run_diagnostic",
     ]
-    assert node.inputs[5:] == [
+    assert node.inputs[6:] == [
         f"{RUN}.step_{s}.{name}" for s in STEPS for name in ("sequences", "token_records")
     ]
     off = create_pipeline(params={"runs": runs, "reporting": {"explorer": {"enabled": False}}})
     assert "build_study_explorer" not in {n.name for n in off.nodes}
+
+
+def test_mass_of_another_lexicon_is_left_out_of_the_page(demo, caplog):
+    """Records whose mass columns were summed over another lexicon (their ``hed.word_mass``
+    digest) show no anthropomorphic mass, with one warning per step naming the refresh."""
+    from hed.core.lexicon import parse_lexicon
+    from hed.pipelines.reporting.explorer_nodes import build_study_explorer
+    from hed.records.shard_checks import mass_metadata
+    from hed.records.shard_metadata import lexicon_sha256
+
+    tables, _ = demo
+    thresholds = pd.DataFrame(
+        [{"run": RUN, "step": s, "top_entropy_frac": 0.2, "threshold": q.attrs["threshold"]}
+         for s, (_, q) in tables.items()]
+    )  # fmt: skip
+    figure2 = pd.DataFrame({"run": [RUN], "role": ["single"], "step": [STEPS[0]]})
+
+    def measures(digest: str) -> list[str]:
+        step_tables = [
+            t
+            for s in STEPS
+            for t in (tables[s][1], tables[s][0].replace_schema_metadata(mass_metadata(digest)))
+        ]
+        page = build_study_explorer(
+            {"explorer": {"responses_per_step": 2}},
+            LEXICON,
+            {},
+            thresholds,
+            demo_prompts(),
+            figure2,
+            *step_tables,
+            run_steps=[(RUN, "single", s) for s in STEPS],
+        )
+        blob = page.split('<script type="application/json" id="hed-data">')[1].split("</script>")
+        return json.loads(blob[0])["measures"]
+
+    current = lexicon_sha256(parse_lexicon(LEXICON["lexicon"]))
+    assert "amass" in measures(current)
+    caplog.clear()
+    assert "amass" not in measures("0" * 64)
+    warned = [r.getMessage() for r in caplog.records if "another lexicon" in r.getMessage()]
+    assert len(warned) == len(STEPS) and "`kedro hed refresh-mass`" in warned[0]
 
 
 def test_node_builds_the_page_from_the_catalog_inputs(demo):
@@ -493,6 +538,7 @@ def test_node_builds_the_page_from_the_catalog_inputs(demo):
     )
     page = build_study_explorer(
         {"explorer": {"responses_per_step": 2, "seed": 1, "estimator": "dr_grpo"}},
+        LEXICON,
         {},
         thresholds,
         demo_prompts(),
@@ -522,6 +568,7 @@ def test_node_builds_the_page_from_the_catalog_inputs(demo):
     assert parsed.explorer == ExplorerOptions(2, 2000, None, 1, "dr_grpo", True)
     assert page == build_study_explorer(
         parsed,
+        LEXICON,
         {},
         thresholds,
         demo_prompts(),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,12 @@ from hed.records.shard_keys import (  # noqa: F401 - check_response_keys, exampl
     raise_bad_entropy,
     scan_record_keys,
 )
-from hed.records.shard_metadata import GENERATION_METADATA_KEY, stale_field, stale_lexicon
+from hed.records.shard_metadata import (
+    GENERATION_METADATA_KEY,
+    WORD_MASS_METADATA_KEY,
+    mass_lexicon_sha256,
+    stale_field,
+)
 
 _SHARD_FILE = re.compile(r"^shard_\d+(\.sequences)?\.parquet$")
 
@@ -302,27 +308,49 @@ def regenerate_command() -> str:
     return command if "--only-missing-outputs" in command else f"{command} --only-missing-outputs"
 
 
-def check_lexicon_current(dataset: ds.Dataset, lexicon: Any) -> None:
-    """A shard's word-start mass columns were computed with ``lexicon``
-    (:func:`hed.records.shard_metadata.stale_lexicon`).
+def shards_mass_lexicon(datasets: Iterable[ds.Dataset]) -> str | None:
+    """The lexicon digest the step's shards computed their mass columns with.
 
-    Raises:
-        InputDataError: they were computed with another lexicon (one line: the file, both
-            digests and the fix).
+    A lexicon change does not make a shard stale (words and categories are post-hoc): the
+    digest travels into the merged records (:func:`mass_metadata`), where what reads the mass
+    columns compares it with the current lexicon.
+
+    Args:
+        datasets: the step's shard token records.
+
+    Returns:
+        ``word_mass.lexicon_sha256`` shared by every shard (64 hex digits); ``"mixed"`` when
+        shards recorded different ones; None when none recorded one (no mass columns).
     """
-    raw = (dataset.schema.metadata or {}).get(GENERATION_METADATA_KEY)
-    try:
-        meta = json.loads(raw) if raw is not None else {}
-    except ValueError:
-        meta = {}
-    stale = stale_lexicon(meta, lexicon) if isinstance(meta, dict) else None
-    if stale is not None:
-        source = dataset_source(dataset)
-        raise InputDataError(
-            f"{source}: stale shard: {stale.field} was {stale.recorded} when it was generated "
-            f"but is {stale.current} now; delete {shard_folder(source)}/ and rerun generation "
-            f"(`{regenerate_command()}`), or {stale.restore}"
-        )
+    digests = set()
+    for dataset in datasets:
+        raw = (dataset.schema.metadata or {}).get(GENERATION_METADATA_KEY)
+        try:
+            meta = json.loads(raw) if raw is not None else {}
+        except ValueError:
+            meta = {}
+        digests.add(mass_lexicon_sha256(meta) if isinstance(meta, dict) else None)
+    digests.discard(None)
+    return None if not digests else digests.pop() if len(digests) == 1 else "mixed"
+
+
+def mass_metadata(digest: str | None) -> dict[bytes, bytes]:
+    """The merged records' key-value metadata naming the lexicon of their mass columns
+    (:data:`hed.records.shard_metadata.WORD_MASS_METADATA_KEY`)."""
+    return {WORD_MASS_METADATA_KEY: json.dumps({"word_mass": {"lexicon_sha256": digest}}).encode()}
+
+
+def records_mass_lexicon(dataset: ds.Dataset) -> str | None:
+    """The lexicon digest of a merged (or shard) file's mass columns, None when not recorded."""
+    metadata = dataset.schema.metadata or {}
+    for key in (WORD_MASS_METADATA_KEY, GENERATION_METADATA_KEY):
+        try:
+            meta = json.loads(metadata[key]) if key in metadata else None
+        except ValueError:
+            meta = None
+        if isinstance(meta, dict):
+            return mass_lexicon_sha256(meta)
+    return None
 
 
 def check_same_dtype(dtypes: dict[str, str], meta: dict[str, Any], source: str, label: str) -> None:

@@ -22,10 +22,16 @@ from hed.analysis.runs_comparison import compare_runs, step_measures
 from hed.analysis.trainer_entropy import TRAINER_ENTROPY_COLUMNS, compare_trainer_entropy
 from hed.config.analysis_params import AnalysesParams
 from hed.config.layout import StudyLayout, run_roles
-from hed.config.params import GenerationParams
+from hed.config.params import (
+    AggregationParams,
+    GenerationParams,
+    ReportingParams,
+    lexicon_param,
+)
 from hed.errors import InputDataError
 from hed.pass1.config import MetricsParams
 from hed.pass1.wandb_source import read_wandb_source
+from hed.records.shard_metadata import lexicon_sha256
 from hed.report import analysis_figures
 
 logger = logging.getLogger(__name__)
@@ -86,20 +92,35 @@ def fit_entropy_performance(
 
 
 def tabulate_hedging_propensity(
-    *token_records: ds.Dataset, run_steps: Sequence[tuple[str, int]]
+    aggregation: AggregationParams | dict[str, Any],
+    reporting: ReportingParams | dict[str, Any],
+    *token_records: ds.Dataset,
+    run_steps: Sequence[tuple[str, int]],
 ) -> pd.DataFrame:
     """``hedging_propensity_by_step``: per (run, step) the mean anthropomorphic / reasoning
     word-start mass (all and high-entropy positions) and the sampled anthropomorphic share.
 
     Args:
+        aggregation: ``params:aggregation`` (the current lexicon, compared with the one the
+            records' mass columns were computed with).
+        reporting: ``params:reporting`` (``strict``).
         *token_records: ``<run>.step_<step>.token_records`` (merged), in ``run_steps`` order.
         run_steps: (run, step) of each, bound when the pipeline is built.
 
     Returns:
         :data:`hed.analysis.hedging_propensity.PROPENSITY_COLUMNS`; steps generated before the
-        mass columns existed have empty mass columns and log one line saying to regenerate them.
+        mass columns existed have empty mass columns and log one line saying to regenerate them;
+        steps whose mass columns are another lexicon's are marked (``mass_lexicon_current``).
+
+    Raises:
+        InputDataError: ``reporting.strict`` and a step's mass columns are another lexicon's.
     """
-    return hedging_propensity_by_step(list(token_records), list(run_steps))
+    return hedging_propensity_by_step(
+        list(token_records),
+        list(run_steps),
+        lexicon_sha256(lexicon_param(aggregation)),
+        ReportingParams.of(reporting).strict,
+    )
 
 
 def plot_hedging_propensity_png(

@@ -84,7 +84,11 @@ def create_pipeline(
         )
         propensity = Node(
             func=bound(tabulate_hedging_propensity, run_steps=run_steps),
-            inputs=[f"{run}.step_{step}.token_records" for run, step in run_steps],
+            inputs=[
+                "params:aggregation",
+                "params:reporting",
+                *(f"{run}.step_{step}.token_records" for run, step in run_steps),
+            ],
             outputs="hedging_propensity_by_step",
             name="tabulate_hedging_propensity",
             tags=[TAG],

@@ -79,6 +79,9 @@ _SUMS = 5  # n, Σ|A|, ΣA, Σ log π, Σ A·log π
 class AdvantageShapingParams(SchemeParams):
     """``analyses.advantage_shaping``: the schemes compared and their constants."""
 
+    enabled: bool = True
+    """False: the analyses pipeline leaves the table and its figure out."""
+
     schemes: tuple[Literal[SCHEMES], ...] = SCHEMES  # type: ignore[valid-type]
     """Schemes tabulated, names from ``grpo, dr_grpo, top_rho_mask, entropy_advantage, gtpo,
     grpo_s``; distinct, at least one."""

@@ -75,3 +75,26 @@ def test_the_nodes_are_left_out_when_disabled_or_absent():
     names = {n.name for n in create_pipeline(_layout(), params={"analyses": {
         "advantage_shaping": {}}}).nodes}  # fmt: skip
     assert set(NODES) <= names
+
+
+def test_a_run_that_wrote_the_figure_publishes_it_with_reporting_artifacts():
+    from hed.pipelines.reporting.nodes import build_resolved_config
+
+    empty = pd.DataFrame({"run": [], "step": []})
+    figure = {"path": "data/08_reporting/figures/advantage_shaping.png/v/x.png", "version": "v"}
+    common = {
+        "figure_plan": {"strict": False, "omissions": []},
+        "checkpoints": {},
+        "entropy_thresholds": empty,
+        "summary_by_step": empty,
+        "token_probability_mass_high_entropy": empty,
+        "pass1_for_figures": empty,
+        "parameters": {},
+        "artifacts": ("figure2_png",),
+    }
+    outputs = {"figure2_png": {"path": "f2.png"}, "advantage_shaping_png": figure}
+    resolved = build_resolved_config(**common, run_context={"outputs": outputs})
+    assert resolved["artifacts"] == {"figure2_png": {"path": "f2.png"}, **{
+        "advantage_shaping_png": figure}}  # fmt: skip
+    alone = build_resolved_config(**common, run_context={"outputs": {"figure2_png": {}}})
+    assert set(alone["artifacts"]) == {"figure2_png"}  # a reporting-only run

@@ -90,6 +90,7 @@ def test_analyses_defaults():
         "trainer_entropy": {},
         "delta_logprob": {},
         "dpi": 200,
+        "advantage_shaping": {},  # its model: hed.analysis.advantage_shaping
     }
     assert SECTIONS["analyses.mismatch"] == {"dtype": "bfloat16", "ratio_bounds": [0.5, 2.0]}
     assert SECTIONS["analyses.trainer_entropy"] == {

@@ -151,6 +151,7 @@ def rebuild_responses(
     *,
     eos_token_ids: Sequence[int],
     max_response_length: int,
+    source: str = "verl dump",
 ) -> list[RebuiltResponse]:
     """Token ids of every row of one dump step (see the module docstring for the rules).
 
@@ -160,6 +161,7 @@ def rebuild_responses(
         tokenizer: the generating checkpoint's tokenizer.
         eos_token_ids: the checkpoint's EOS ids (the first is appended by the rule).
         max_response_length: verl's ``data.max_response_length`` (tokens).
+        source: the dump file, for messages.
 
     Returns:
         One :class:`RebuiltResponse` per row, in file order.
@@ -190,8 +192,9 @@ def rebuild_responses(
         if sampled is not None:
             if not 0 < len(sampled) <= max_response_length:
                 raise InputDataError(
-                    f"dump line {row.line}: response_ids holds {len(sampled)} ids, outside "
-                    f"1 … max_response_length ({max_response_length})"
+                    f"{source}, line {row.line}: response_ids holds {len(sampled)} ids, outside "
+                    f"1 … max_response_length ({max_response_length}): set "
+                    "runs.<run>.responses.max_response_length to verl's data.max_response_length"
                 )
             differs = list(sampled) != list(ids)
             if flag == "ok" and differs:

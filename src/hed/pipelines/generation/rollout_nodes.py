@@ -110,6 +110,7 @@ def score_dump_shard(
             tokenizer,
             eos_token_ids=backend.eos_token_ids,
             max_response_length=int(responses.max_response_length),
+            source=f"verl dump {responses.path}/{step}.jsonl",
         )
         mine = [
             (i, r)

@@ -177,6 +177,33 @@ def _parse_steps(name: str, steps: Any, root: str, embedded: bool) -> tuple[int,
     return tuple(sorted(parsed))
 
 
+def _dump_run_steps(name: str, root: str, responses: ResponsesParams) -> list[int]:
+    """``steps: all`` of a run scoring a verl dump: its dump steps whose generating checkpoint
+    is on disk (:func:`hed.decode.rollouts.generating_step`; verl saves every
+    ``save_freq`` steps, so most dump steps have none).
+
+    Raises:
+        ConfigError: no dump folder, or no dump step with its checkpoint.
+    """
+    from hed.decode.rollouts import generating_step
+
+    try:
+        steps = dump_steps(str(responses.path))
+        saved = set(discover_steps(root))
+    except (InputDataError, CheckpointError) as exc:
+        raise ConfigError(f"runs.{name}.steps is 'all' but {exc}") from None
+    first = 1 if responses.kind == "rollout" else 0
+    kept = [s for s in steps if s >= first and generating_step(s, responses.kind) in saved]
+    if not kept:
+        raise ConfigError(
+            f"runs.{name}.steps is 'all' but no dump step of {responses.path} (steps "
+            f"{steps[0]}…{steps[-1]}) has its generating checkpoint in {root} (saved: "
+            f"{sorted(saved)}); a {responses.kind} dump step s needs "
+            f"global_step_<{'s-1' if responses.kind == 'rollout' else 's'}>"
+        )
+    return kept
+
+
 def layout_from_params(params: dict[str, Any]) -> StudyLayout:
     """Build the layout from a Kedro parameters dictionary.
 
@@ -210,11 +237,8 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
         embedded = bool(cfg.get("embedded", RUN_DEFAULTS["embedded"]))
         given = cfg.get("steps", RUN_DEFAULTS["steps"])
         responses = responses_params(str(name), cfg.get("responses"))
-        if responses.from_dump and given == "all":  # a dump run's steps are its dump's steps
-            try:
-                given = dump_steps(str(responses.path))
-            except InputDataError as exc:
-                raise ConfigError(f"runs.{name}.steps is 'all' but {exc}") from None
+        if responses.from_dump and given == "all":
+            given = _dump_run_steps(str(name), str(root), responses)
         runs.append(
             RunSpec(
                 name=str(name),

@@ -150,6 +150,20 @@ def score_dump_shard(
         "scorer": scorer,
         "rollouts": _rollout_summary(responses, step, rebuilt, mine, temperature=temperature, k=k),
     }
+    summary = metadata["rollouts"]
+    logger.info(
+        "%s.step_%s.shard_%s: scored %d dump responses teacher-forced with %s (flags %s; %d "
+        "dump line(s) match no prompt; sampled ids differ from the canonical tokenisation "
+        "in %s of the responses that carry them)",
+        run,
+        step,
+        shard,
+        len(mine),
+        summary["generated_by"],
+        summary["flags"],
+        len(summary["unmatched_lines"]),
+        "n/a" if summary["ids_differ_share"] is None else f"{summary['ids_differ_share']:.1%}",
+    )
     tables = shard_tables(
         sequences, shard_prompts, metadata, special_ids, run=run, step=step, shard=shard
     )

@@ -211,6 +211,14 @@ def test_dump_becomes_records_equal_to_a_float64_oracle_of_the_checkpoint_before
     meta = json.loads(two["sequences"].schema.metadata[GENERATION_METADATA_KEY])["rollouts"]
     assert meta["ids_differ_share"] == pytest.approx(2 / 3)
     assert meta["flags"] == {"ok": 1, "ids_differ": 1, "text_not_round_trip": 1}
+    # score_threshold null: rows without acc are graded with math-verify against gts
+    runs["dapo"]["responses"]["score_threshold"] = None
+    graded = score_dump_shard(
+        prompts, checkpoints, prompt_params, generation, runs, run="dapo", step=2, shard=0
+    )["sequences"].to_pandas()
+    assert graded.sort_values(["prompt_index", "sample_index"])["correct"].tolist() == [
+        True, False, False,
+    ]  # fmt: skip
 
 
 def test_generating_checkpoint_is_the_one_before():

@@ -16,7 +16,7 @@ from hed.decode.prompts import render_prompt
 from hed.mini_rl.rollout_dump import RolloutDumper
 
 from ..conftest import build_tiny_model
-from ..project_copy import copy_project, latest, run_kedro_cli
+from ..project_copy import GPU_RUNNER_GENERATION, copy_project, latest, run_kedro_cli
 
 SUFFIX = "\nAnswer with the final number only."
 PROBLEMS = [("What is 2 + 3?", 5), ("What is 4 times 2?", 8), ("What is 9 - 7?", 2)]
@@ -48,7 +48,15 @@ def test_mini_rollouts_env_runs_end_to_end(tmp_path, smollm2_dir, tokenizer):
             ids = [tokenizer(c, add_special_tokens=False)["input_ids"] + [eos] for c in completions]
             dumper(prompts=prompts, completions=completions, completion_ids=ids, answer=answers,
                    trainer_state=SimpleNamespace(global_step=updates))  # fmt: skip
-    run_kedro_cli(project, "run", "--env", "mini_rollouts", timeout=900)
+    # the scoring nodes under GPURunner (spawned workers, as generation's), then the rest of
+    # the default run reusing their shards (--only-missing-outputs: the shards are current)
+    env = ("--env", "mini_rollouts")
+    run_kedro_cli(project, *GPU_RUNNER_GENERATION[:3], *env, *GPU_RUNNER_GENERATION[3:])
+    shard_files = sorted((project / "data/mini_rollouts/02_intermediate").rglob("shard_0.parquet"))
+    stamps = {p: sorted(x.name for x in p.iterdir()) for p in shard_files}
+    assert len(stamps) == 2 * 3 * 2  # (token_records, sequences) × 3 steps × 2 runs
+    run_kedro_cli(project, "run", *env, "--only-missing-outputs", timeout=900)
+    assert stamps == {p: sorted(x.name for x in p.iterdir()) for p in shard_files}
     data = project / "data/mini_rollouts"
     summary = pd.read_csv(latest(data / "04_feature/summary_by_step.csv"))
     assert sorted(summary["step"].unique().tolist()) == [1, 9, 17]  # global_step_0, 8, 16

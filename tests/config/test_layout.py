@@ -158,7 +158,7 @@ def test_params_runs_is_parsed_once_and_handed_to_the_nodes_as_the_layout(tmp_pa
     assert configured_steps(handed, "a") == (0, 20) and configured_steps(handed, "b") == ()
     # the defaults of a run's keys: one table, which the unknown-key schema reads
     assert RUN_DEFAULTS == {"role": "single", "steps": "all", "embedded": False}
-    assert SECTIONS["runs.<run>"] == {"checkpoint_root": ..., **RUN_DEFAULTS}
+    assert SECTIONS["runs.<run>"] == {"checkpoint_root": ..., **RUN_DEFAULTS, "responses": None}
 
 
 @pytest.mark.parametrize(

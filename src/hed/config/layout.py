@@ -30,15 +30,17 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hed.config.params import GenerationParams, default
+from hed.config.responses_params import ResponsesParams, responses_params
 from hed.config.sections import RUN_DEFAULTS
 from hed.core.validators import is_integer, positive_int
 from hed.decode.checkpoints import discover_steps
-from hed.errors import CheckpointError, ConfigError
+from hed.errors import CheckpointError, ConfigError, InputDataError
+from hed.records.verl_dump import dump_steps
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +65,8 @@ class RunSpec:
         embedded: materialise the embedded SmolLM2 into ``checkpoint_root`` when missing.
         steps_found: ``steps: all``: the steps were found on disk when the layout was read,
             not listed in the parameters.
+        responses: where its responses come from (``runs.<run>.responses``,
+            :class:`hed.config.responses_params.ResponsesParams`; default: sampling).
     """
 
     name: str
@@ -71,6 +75,7 @@ class RunSpec:
     steps: tuple[int, ...]
     embedded: bool = RUN_DEFAULTS["embedded"]
     steps_found: bool = False
+    responses: ResponsesParams = field(default_factory=ResponsesParams)
 
     @property
     def configured_steps(self) -> tuple[int, ...]:
@@ -172,6 +177,33 @@ def _parse_steps(name: str, steps: Any, root: str, embedded: bool) -> tuple[int,
     return tuple(sorted(parsed))
 
 
+def _dump_run_steps(name: str, root: str, responses: ResponsesParams) -> list[int]:
+    """``steps: all`` of a run scoring a verl dump: its dump steps whose generating checkpoint
+    is on disk (:func:`hed.decode.rollouts.generating_step`; verl saves every
+    ``save_freq`` steps, so most dump steps have none).
+
+    Raises:
+        ConfigError: no dump folder, or no dump step with its checkpoint.
+    """
+    from hed.decode.rollouts import generating_step
+
+    try:
+        steps = dump_steps(str(responses.path))
+        saved = set(discover_steps(root))
+    except (InputDataError, CheckpointError) as exc:
+        raise ConfigError(f"runs.{name}.steps is 'all' but {exc}") from None
+    first = 1 if responses.kind == "rollout" else 0
+    kept = [s for s in steps if s >= first and generating_step(s, responses.kind) in saved]
+    if not kept:
+        raise ConfigError(
+            f"runs.{name}.steps is 'all' but no dump step of {responses.path} (steps "
+            f"{steps[0]}…{steps[-1]}) has its generating checkpoint in {root} (saved: "
+            f"{sorted(saved)}); a {responses.kind} dump step s needs "
+            f"global_step_<{'s-1' if responses.kind == 'rollout' else 's'}>"
+        )
+    return kept
+
+
 def layout_from_params(params: dict[str, Any]) -> StudyLayout:
     """Build the layout from a Kedro parameters dictionary.
 
@@ -204,6 +236,9 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
             raise ConfigError(f"runs.{name}.checkpoint_root is missing{hint}")
         embedded = bool(cfg.get("embedded", RUN_DEFAULTS["embedded"]))
         given = cfg.get("steps", RUN_DEFAULTS["steps"])
+        responses = responses_params(str(name), cfg.get("responses"))
+        if responses.from_dump and given == "all":
+            given = _dump_run_steps(str(name), str(root), responses)
         runs.append(
             RunSpec(
                 name=str(name),
@@ -211,7 +246,8 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
                 checkpoint_root=str(root),
                 steps=_parse_steps(name, given, str(root), embedded),
                 embedded=embedded,
-                steps_found=given == "all",
+                steps_found=cfg.get("steps", RUN_DEFAULTS["steps"]) == "all",
+                responses=responses,
             )
         )
     generation = params.get("generation")

@@ -100,7 +100,8 @@ RUN_DEFAULTS: dict[str, Any] = {"role": "single", "steps": "all", "embedded": Fa
 #: where it is read). Keys of a ``*`` entry are free (run names, words, GRPOConfig fields);
 #: ``<name>`` stands for one level of free names whose values follow the nested schema.
 SECTIONS: dict[str, dict[str, Any]] = {
-    "runs.<run>": {"checkpoint_root": ..., **RUN_DEFAULTS},  # role, steps, embedded
+    # role, steps, embedded; responses: checked by config/responses_params.py (pydantic)
+    "runs.<run>": {"checkpoint_root": ..., **RUN_DEFAULTS, "responses": None},
     # prompt_columns, answer_column, num_prompts, seed, the rendering keys
     # (apply_chat_template, enable_thinking, system_prompt), instruction_suffix, duplicates
     "prompts": _flat(PromptsParams, "rendering", PromptRendering),

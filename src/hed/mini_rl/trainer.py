@@ -50,6 +50,7 @@ from hed.mini_rl.manifest import (
     write_manifest,
 )
 from hed.mini_rl.reward import correctness_reward, grader
+from hed.mini_rl.rollout_dump import ROLLOUT_FOLDER, RolloutDumper
 from hed.mini_rl.validation import ValidationResult, greedy_validation
 from hed.mini_rl.wandb_offline import offline_run_folder, offline_wandb_run
 
@@ -262,7 +263,13 @@ def train_run(
                 )
                 trainer = GRPOTrainer(
                     model=model,
-                    reward_funcs=[correctness_reward(spec.reward)],
+                    reward_funcs=[  # also dumped as verl's rollouts (docs/rollouts.md)
+                        RolloutDumper(
+                            correctness_reward(spec.reward),
+                            Path(spec.checkpoint_root) / ROLLOUT_FOLDER,
+                            tokenizer,
+                        )
+                    ],
                     args=args,
                     train_dataset=dataset,
                     processing_class=tokenizer,

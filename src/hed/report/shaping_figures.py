@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from hed.report.analysis_figures import PANEL_SIZE, _colour, _context, _empty
+from hed.report.analysis_figures import PANEL_SIZE, colour, context, empty
 from hed.report.figures import figure_size
 from hed.report.style import DPI
 
@@ -36,13 +36,13 @@ def plot_advantage_shaping(table: pd.DataFrame, *, dpi: int = DPI) -> Figure:
     rows = table[table["response"] == "all"] if len(table) else table
     runs = list(dict.fromkeys(rows["run"])) if len(rows) else []
     schemes = list(dict.fromkeys(rows["scheme"])) if len(rows) else []
-    with _context():
+    with context():
         fig = Figure(
             figsize=figure_size(max(1, len(runs)), 1, PANEL_SIZE), dpi=dpi, layout="constrained"
         )
         axes = fig.subplots(1, max(1, len(runs)), squeeze=False)[0]
         if not runs:
-            _empty(fig, axes[0], "no graded step")
+            empty(fig, axes[0], "no graded step")
         for ax, run in zip(axes, runs, strict=False):
             of_run = rows[rows["run"] == run]
             for i, scheme in enumerate(schemes):
@@ -50,13 +50,13 @@ def plot_advantage_shaping(table: pd.DataFrame, *, dpi: int = DPI) -> Figure:
                     line = of_run[(of_run["scheme"] == scheme) & (of_run["subset"] == subset)]
                     line = line.sort_values("step")
                     ax.plot(line["step"], line["credit_share"], linestyle=style, marker="o",
-                            markersize=3, color=_colour(i), linewidth=1.2)  # fmt: skip
+                            markersize=3, color=colour(i), linewidth=1.2)  # fmt: skip
             ax.set_title(str(run))
             ax.set_xlabel("step")
             ax.set_ylabel("credit share (Σ|A|)")
             ax.set_ylim(bottom=0)
         if runs:  # one key for the colours (schemes), one for the line styles (subsets)
-            handles = [Line2D([], [], color=_colour(i), label=s) for i, s in enumerate(schemes)]
+            handles = [Line2D([], [], color=colour(i), label=s) for i, s in enumerate(schemes)]
             handles += [Line2D([], [], color="0.3", linestyle=style, label=label)
                         for _, style, label in SUBSETS]  # fmt: skip
             fig.legend(handles=handles, loc="outside lower center", frameon=False, fontsize=6,

@@ -136,8 +136,7 @@ def doctor(args: tuple[str, ...]) -> None:
 
 
 @hed.command(name="refresh-mass")
-@click.pass_context
-def refresh_mass(ctx: click.Context, env: str | None, params: dict[str, Any]) -> None:
+def refresh_mass(env: str | None, params: dict[str, Any]) -> None:
     """Bring every shard's anthropomorphic_mass / reasoning_mass to the current lexicon by
     teacher-forced re-scoring of its own responses (no re-sampling), then run aggregation and
     what reads it (docs/aggregation.md, "Changing the lexicon")."""
@@ -158,11 +157,12 @@ def refresh_mass(ctx: click.Context, env: str | None, params: dict[str, Any]) ->
             refreshed = refresh_study_mass(context.catalog, parameters)
         click.echo(f"refreshed the mass columns of {len(refreshed)} shard file(s)")
         built = project_pipelines(parameters)
-        merged = next(
-            iter(n for n in built["aggregation"].all_outputs() if n.endswith(".token_records")),
-            None,
+        merged = sorted(
+            n for n in built["aggregation"].all_outputs() if n.endswith(".token_records")
         )
-        fix = pipelines_to_update(merged, [], built, parameters, resample=False) if merged else []
+        if not merged:  # no step configured: nothing to aggregate
+            return
+        fix = pipelines_to_update(merged[0], [], built, parameters, resample=False)
         with KedroSession.create(env=env, runtime_params=params) as session:
             session.run(pipeline_names=fix)
     except HEDError as exc:

@@ -164,7 +164,7 @@ def test_analyses_pipeline_tables_and_figures(tmp_path, caplog):
     assert lines == [
         "b.step_0: its token records have no anthropomorphic_mass / reasoning_mass (generated "
         "before HED recorded them): hedging_propensity_by_step leaves the mass columns empty; "
-        "delete the step's shards and rerun generation and aggregation to get them"
+        "`kedro hed refresh-mass` adds them without re-sampling"
     ]
 
     for name in ("pass_at_k_png", "entropy_performance_fit_png", "runs_comparison_png",

@@ -73,7 +73,7 @@ def needs_regeneration_message(run: str, step: int) -> str:
     return (
         f"{run}.step_{step}: its token records have no anthropomorphic_mass / reasoning_mass "
         "(generated before HED recorded them): hedging_propensity_by_step leaves the mass "
-        "columns empty; delete the step's shards and rerun generation and aggregation to get them"
+        f"columns empty; `{mass_refresh_command()}` adds them without re-sampling"
     )
 
 

@@ -26,12 +26,16 @@ from hed.records.shard_metadata import lexicon_sha256
 logger = logging.getLogger(__name__)
 
 
-def shards_to_refresh(catalog: Any, parameters: Mapping[str, Any]) -> list[str]:
+def shards_to_refresh(
+    catalog: Any, parameters: Mapping[str, Any], unrecorded: bool = True
+) -> list[str]:
     """The shard token records whose mass columns are not the current lexicon's.
 
     Args:
         catalog: the session's catalog (shards are ``<run>.step_<step>.shard_<k>.token_records``).
         parameters: the session's parameters (``runs``, ``generation.num_shards``, the lexicon).
+        unrecorded: include shards that record no lexicon (generated before the mass columns
+            existed: the refresh gives them the columns).
 
     Returns:
         Dataset names, in (run, step, shard) order; a shard not yet generated is left out.
@@ -44,7 +48,8 @@ def shards_to_refresh(catalog: Any, parameters: Mapping[str, Any]) -> list[str]:
             name = f"{run.name}.step_{step}.shard_{shard}.token_records"
             if not catalog.exists(name):
                 continue
-            if records_mass_lexicon(catalog.load(name)) != current:
+            recorded = records_mass_lexicon(catalog.load(name))
+            if recorded != current and (unrecorded or recorded is not None):
                 names.append(name)
     return names
 
@@ -73,7 +78,7 @@ def check_mass_lexicon(pipeline: Any, catalog: Any, parameters: Mapping[str, Any
         return
     if not ReportingParams.of(parameters.get("reporting") or {}).strict:
         return
-    stale = shards_to_refresh(catalog, parameters)
+    stale = shards_to_refresh(catalog, parameters, unrecorded=False)
     if stale:
         more = f" (and {len(stale) - 1} more shard file(s))" if len(stale) > 1 else ""
         raise InputDataError(

@@ -38,7 +38,7 @@ the output projection only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +51,7 @@ from hed.core.entropy import (
     token_distribution_stats,
     token_logprobs,
 )
+from hed.core.propensity import category_mass
 from hed.decode.types import CONSISTENCY_TOLERANCE_NATS, ResponseToScore  # noqa: F401 - re-exported
 from hed.errors import CheckpointError, InputDataError
 
@@ -70,6 +71,8 @@ class ScoredResponse:
         rank: ``(n,)`` int32 entries with a strictly larger probability (0 = most probable).
         topk_token_ids: ``(n, k)`` int32 most probable tokens, most probable first.
         topk_probs: ``(n, k)`` float32 their probabilities.
+        anthropomorphic_mass, reasoning_mass: ``(n,)`` float32 Σ softmax(z / T) over the
+            category's word-start ids (:mod:`hed.core.propensity`); None unless asked for.
     """
 
     prompt_index: int
@@ -80,6 +83,8 @@ class ScoredResponse:
     rank: np.ndarray
     topk_token_ids: np.ndarray
     topk_probs: np.ndarray
+    anthropomorphic_mass: np.ndarray | None = None
+    reasoning_mass: np.ndarray | None = None
 
 
 def check_plain_lm_head(model) -> None:
@@ -108,6 +113,7 @@ def score_responses(
     batch_size: int = 4,
     chunk_positions: int = DEFAULT_CHUNK_SIZE,
     pad_token_id: int = 0,
+    mass_ids: Mapping[str, np.ndarray] | None = None,
 ) -> Iterator[ScoredResponse]:
     """Score ``responses`` teacher-forced; yield one :class:`ScoredResponse` each, in order.
 
@@ -124,6 +130,10 @@ def score_responses(
         batch_size: responses per forward pass.
         chunk_positions: positions per LM-head chunk (bounds the ``(chunk, V)`` temporaries).
         pad_token_id: id written into padding (masked, never scored).
+        mass_ids: ``{category: word-start ids}``
+            (:func:`hed.core.propensity.tokenizer_word_start_ids`): also keep
+            ``<category>_mass`` per position (:func:`hed.core.propensity.category_mass`);
+            None: not computed.
 
     Yields:
         :class:`ScoredResponse` per response, in the order given.
@@ -153,6 +163,7 @@ def score_responses(
             chunk_positions=chunk_positions,
             pad_token_id=pad_token_id,
             device=device,
+            mass_ids=mass_ids,
         )
 
 
@@ -180,6 +191,7 @@ def _score_batch(
     chunk_positions: int,
     pad_token_id: int,
     device: torch.device,
+    mass_ids: Mapping[str, np.ndarray] | None = None,
 ) -> list[ScoredResponse]:
     """Scores of one batch (see :func:`score_responses`)."""
     inputs = [list(item.prompt_ids) + [int(t) for t in item.response_ids[:-1]] for item in batch]
@@ -222,6 +234,12 @@ def _score_batch(
             "topk_ids": torch.empty((m, k), dtype=torch.int32, device=device),
             "topk_probs": torch.empty((m, k), dtype=torch.float32, device=device),
         }
+        mass = {
+            name: torch.as_tensor(np.asarray(ids, dtype=np.int64), device=device)
+            for name, ids in (mass_ids or {}).items()
+        }
+        for name in mass:
+            host[f"{name}_mass"] = torch.empty(m, dtype=torch.float32, device=device)
         for begin in range(0, m, chunk_positions):
             rows_ = slice(begin, min(begin + chunk_positions, m))
             h, target = picked[rows_], targets[rows_]
@@ -235,6 +253,8 @@ def _score_batch(
             host["rank"][rows_] = token_ranks(logits, target, temperature)
             host["topk_ids"][rows_] = stats.topk_ids
             host["topk_probs"][rows_] = stats.topk_probs
+            for name, ids in mass.items():
+                host[f"{name}_mass"][rows_] = category_mass(logits, stats.log_z, ids, temperature)
             del logits, stats
         host = {name: values.cpu().numpy() for name, values in host.items()}
     scored, offset = [], 0
@@ -252,6 +272,11 @@ def _score_batch(
                 rank=_part(host["rank"], cut, np.int32),
                 topk_token_ids=_part(host["topk_ids"], cut, np.int32),
                 topk_probs=_part(host["topk_probs"], cut, np.float32),
+                **{
+                    name: _part(host[name], cut, np.float32)
+                    for name in ("anthropomorphic_mass", "reasoning_mass")
+                    if name in host
+                },
             )
         )
     return scored

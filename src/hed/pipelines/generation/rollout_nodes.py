@@ -10,7 +10,9 @@ dynamics, reporting and the explorer read them unchanged.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -215,6 +217,9 @@ def _rollout_summary(responses, step, rebuilt, mine, *, temperature, k) -> dict[
         "path": str(responses.path),
         "kind": responses.kind,
         "dump_step": int(step),
+        "dump_sha256": hashlib.sha256(
+            (Path(str(responses.path)) / f"{step}.jsonl").read_bytes()
+        ).hexdigest(),
         "generated_by": f"global_step_{generating_step(step, responses.kind)}",
         "temperature": float(temperature or DEFAULT_ROLLOUT_TEMPERATURE),
         "temperature_set": temperature is not None,

@@ -13,6 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from hed.config.layout import layout_from_params
+from hed.core.lexicon import parse_lexicon
+from hed.core.propensity import tokenizer_word_start_ids
 from hed.decode.rollouts import generating_step
 from hed.errors import CheckpointError, ConfigError, InputDataError
 from hed.pipelines.generation import create_pipeline
@@ -132,15 +134,21 @@ def params(root, dumps, **responses):
     return runs, generation
 
 
-def oracle(model_dir, prompt_ids, response_ids, temperature):
-    """Float64 entropy and logprob of one unpadded forward pass over the full logits."""
+LEXICON = {"anthropomorphic": ["wait", "perhaps", "i"], "reasoning": ["so", "let", "the"]}
+
+
+def oracle(model_dir, prompt_ids, response_ids, temperature, mass_ids):
+    """Float64 entropy, logprob and word-start masses of one unpadded forward pass over the
+    full logits."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64).eval()
     with torch.no_grad():
         logits = model(torch.tensor([prompt_ids + response_ids[:-1]])).logits[0].numpy()
     first = len(prompt_ids) - 1
     z = logits[first : first + len(response_ids)] / temperature
     logp = z - (np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) + z.max(1))[:, None]
-    return -(np.exp(logp) * logp).sum(1), logp[np.arange(len(response_ids)), response_ids]
+    p = np.exp(logp)
+    masses = {name: p[:, ids].sum(1) for name, ids in mass_ids.items()}
+    return -(p * logp).sum(1), logp[np.arange(len(response_ids)), response_ids], masses
 
 
 @pytest.mark.slow
@@ -157,12 +165,21 @@ def test_dump_becomes_records_equal_to_a_float64_oracle_of_the_checkpoint_before
     assert by_step["1"]["model_dir"] == str(root / "global_step_0" / "actor_hf")
     assert by_step["2"]["model_dir"] == str(root / "global_step_1" / "actor_hf")
     prompt_params = {"prompt_columns": ["prompt"]}
+    mass_ids = tokenizer_word_start_ids(tokenizer, parse_lexicon(LEXICON))
     lines = {
         s: [json.loads(x) for x in (dumps / f"{s}.jsonl").read_text().splitlines()] for s in (1, 2)
     }
     for step in (1, 2):
         out = score_dump_shard(
-            prompts, checkpoints, prompt_params, generation, runs, run="dapo", step=step, shard=0
+            prompts,
+            checkpoints,
+            prompt_params,
+            generation,
+            runs,
+            {"lexicon": LEXICON},
+            run="dapo",
+            step=step,
+            shard=0,
         )
         records, seqs = out["token_records"], out["sequences"]
         assert records.schema.equals(TOKEN_RECORD_SCHEMA, check_metadata=False)
@@ -188,9 +205,14 @@ def test_dump_becomes_records_equal_to_a_float64_oracle_of_the_checkpoint_before
         for (q, sample), line in expected.items():
             mine = frame[(frame.prompt_index == q) & (frame.sample_index == sample)]
             assert mine["token_id"].tolist() == line["response_ids"]
-            h, lp = oracle(model_dir, rendered(tokenizer, QUESTIONS[q]), line["response_ids"], 0.7)
+            h, lp, mass = oracle(
+                model_dir, rendered(tokenizer, QUESTIONS[q]), line["response_ids"], 0.7, mass_ids
+            )
             assert np.abs(mine["entropy"].to_numpy(np.float64) - h).max() < 1e-5
             assert np.abs(mine["logprob"].to_numpy(np.float64) - lp).max() < 1e-5
+            for name, values in mass.items():
+                assert values.max() > 0  # the lexicon has word-start ids in this vocabulary
+                assert np.abs(mine[f"{name}_mass"].to_numpy(np.float64) - values).max() < 1e-6
     # flags, correctness and finish reasons of step 1 and step 2
     one = score_dump_shard(
         prompts, checkpoints, prompt_params, generation, runs, run="dapo", step=1, shard=0

@@ -52,7 +52,8 @@ def test_mini_rollouts_env_runs_end_to_end(tmp_path, smollm2_dir, tokenizer):
     # the default run reusing their shards (--only-missing-outputs: the shards are current)
     env = ("--env", "mini_rollouts")
     run_kedro_cli(project, *GPU_RUNNER_GENERATION[:3], *env, *GPU_RUNNER_GENERATION[3:])
-    shard_files = sorted((project / "data/mini_rollouts/02_intermediate").rglob("shard_0.parquet"))
+    found = (project / "data/mini_rollouts/02_intermediate").rglob("shard_0*.parquet")
+    shard_files = sorted(p for p in found if p.is_dir())  # versioned: one folder per file
     stamps = {p: sorted(x.name for x in p.iterdir()) for p in shard_files}
     assert len(stamps) == 2 * 3 * 2  # (token_records, sequences) × 3 steps × 2 runs
     run_kedro_cli(project, "run", *env, "--only-missing-outputs", timeout=900)

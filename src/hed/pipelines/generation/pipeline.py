@@ -28,7 +28,7 @@ def _shard_inputs(run: Any, step: int, shard: int) -> dict[str, str]:
         "params": "params:generation",
     }
     if run.responses.from_dump:
-        return {**common, "runs": "params:runs"}
+        return {**common, "runs": "params:runs", "aggregation": "params:aggregation"}
     return {
         **common,
         "parts": f"{shard_namespace(run.name, step, shard)}.partial",

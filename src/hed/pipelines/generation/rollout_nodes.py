@@ -10,7 +10,9 @@ dynamics, reporting and the explorer read them unchanged.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -18,11 +20,12 @@ import pyarrow as pa
 
 import hed
 from hed.config.layout import StudyLayout
-from hed.config.params import GenerationParams
+from hed.config.params import GenerationParams, lexicon_param
 from hed.config.prompt_params import PromptsParams
 from hed.core.grading import grade_response, normalise_reference
+from hed.core.propensity import tokenizer_word_start_ids
 from hed.records.sequence import GeneratedSequence
-from hed.records.shard_metadata import chat_template_settings
+from hed.records.shard_metadata import chat_template_settings, lexicon_sha256
 
 from .nodes import checkpoint_entry, shard_tables
 
@@ -36,12 +39,13 @@ DEFAULT_ROLLOUT_TEMPERATURE = 1.0
 FLAG_COLUMN = "rollout_flag"
 
 
-def score_dump_shard(
+def score_dump_shard(  # noqa: PLR0917 - Kedro passes the inputs by name
     prompts: pd.DataFrame,
     checkpoints: dict[str, Any],
     prompt_params: PromptsParams | dict[str, Any],
     params: GenerationParams | dict[str, Any],
     runs: StudyLayout | dict[str, Any],
+    aggregation: Any = None,
     *,
     run: str,
     step: int,
@@ -66,6 +70,8 @@ def score_dump_shard(
         prompt_params: ``params:prompts`` (rendering).
         params: ``params:generation`` (num_shards, dtype, batch_size, top_prob_k, torch_threads).
         runs: ``params:runs`` (the run's ``responses``).
+        aggregation: ``params:aggregation``: its lexicon's anthropomorphic / reasoning
+            word-start mass is recorded per token, as generation records it; None: null.
         run, step, shard: bound when the pipeline is built.
 
     Returns:
@@ -104,6 +110,8 @@ def score_dump_shard(
         "hf", entry["model_dir"], dtype=generation.dtype, torch_threads=generation.torch_threads
     ) as backend:
         tokenizer = backend.tokenizer
+        lexicon = None if aggregation is None else lexicon_param(aggregation)
+        mass_ids = None if lexicon is None else tokenizer_word_start_ids(tokenizer, lexicon)
         rebuilt = rebuild_responses(
             dump,
             prompt_lookup(prompts, tokenizer, rendering),
@@ -129,13 +137,16 @@ def score_dump_shard(
                 top_prob_k=k,
                 batch_size=generation.sampling.batch_size,
                 pad_token_id=int(tokenizer.pad_token_id or 0),
+                mass_ids=mass_ids,
             )
         )
         sequences = _as_sequences(scored, [r for _, r in mine], prompts, tokenizer)
         special_ids, dtype, device = backend.special_ids, backend.dtype, backend.device
         scorer = dict(backend.metadata)
     shard_prompts = prompts[prompts["prompt_index"] % generation.num_shards == shard]
+    mass = {} if lexicon is None else {"word_mass": {"lexicon_sha256": lexicon_sha256(lexicon)}}
     metadata = {
+        **mass,
         "source": "verl_dump",
         "run": run,
         "step": step,
@@ -191,6 +202,8 @@ def _as_sequences(scored, rows, prompts: pd.DataFrame, tokenizer) -> list[Genera
             token_texts=t,
             response_text="".join(t),
             finish_reason=r.finish_reason,
+            anthropomorphic_mass=s.mass.get("anthropomorphic"),
+            reasoning_mass=s.mass.get("reasoning"),
         )
         for s, r, t in zip(scored, rows, texts, strict=True)
     ]
@@ -204,6 +217,9 @@ def _rollout_summary(responses, step, rebuilt, mine, *, temperature, k) -> dict[
         "path": str(responses.path),
         "kind": responses.kind,
         "dump_step": int(step),
+        "dump_sha256": hashlib.sha256(
+            (Path(str(responses.path)) / f"{step}.jsonl").read_bytes()
+        ).hexdigest(),
         "generated_by": f"global_step_{generating_step(step, responses.kind)}",
         "temperature": float(temperature or DEFAULT_ROLLOUT_TEMPERATURE),
         "temperature_set": temperature is not None,

@@ -67,6 +67,8 @@ TRAIN_LOG_KEYS = (
     "completions/mean_length",
     "learning_rate",
     "grad_norm",
+    "entropy_coef",
+    "shaped_advantage/mean",
 )
 
 
@@ -260,7 +262,14 @@ def train_run(
                 args = GRPOConfig(
                     output_dir=output_dir, run_name=spec.run, **dict(spec.trainer_args)
                 )
-                trainer = GRPOTrainer(
+                trainer_class, shaping = GRPOTrainer, {}
+                if spec.advantage_shaping is not None:  # entropy advantage / GTPO: TRL lacks them
+                    from hed.mini_rl.shaped_trainer import ShapedGRPOTrainer
+
+                    trainer_class = ShapedGRPOTrainer
+                    shaping = {"shaping": spec.advantage_shaping}
+                trainer = trainer_class(
+                    **shaping,
                     model=model,
                     reward_funcs=[correctness_reward(spec.reward)],
                     args=args,
@@ -287,6 +296,11 @@ def train_run(
         "wandb_step_key": STEP_KEY,
         "train_log": trainer_log_rows(trainer.state.log_history),
         "trainer_args": dict(spec.trainer_args),
+        **(
+            {"advantage_shaping": spec.advantage_shaping.as_dict()}
+            if spec.advantage_shaping is not None
+            else {}
+        ),
         "wall_time_s": round(time.monotonic() - started, 1),
         "torch_threads": spec.torch_threads
         or {"start": threads, "by_step": budget.threads_by_step},

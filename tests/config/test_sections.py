@@ -52,11 +52,10 @@ def test_conf_base_writes_the_code_defaults():
     assert {**dynamics, "figures": {}} == SECTIONS["dynamics"]
     assert dynamics["figures"] == SECTIONS["dynamics.figures"]
     analyses = _conf("analyses")["analyses"]
-    for key in ("mismatch", "trainer_entropy", "delta_logprob"):
+    subsections = ("mismatch", "trainer_entropy", "delta_logprob", "advantage_shaping")
+    for key in subsections:
         assert analyses[key] == SECTIONS[f"analyses.{key}"], key
-    assert {**analyses, "mismatch": {}, "trainer_entropy": {}, "delta_logprob": {}} == SECTIONS[
-        "analyses"
-    ]
+    assert {**analyses, **{key: {} for key in subsections}} == SECTIONS["analyses"]
     assert rescoring_section(None) == RescoringParams() == rescoring_section(RESCORING_DEFAULTS)
 
 

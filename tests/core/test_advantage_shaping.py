@@ -12,6 +12,7 @@ from hed.core.advantage_shaping import (
     SCHEMES,
     SchemeParams,
     check_schemes,
+    flat_token_advantages,
     group_token_advantages,
     scheme_params,
     token_advantages,
@@ -164,3 +165,16 @@ def test_bad_inputs():
         token_advantages(np.zeros((2, 3)), np.ones((2, 2), bool), np.zeros(2), "grpo")
     with pytest.raises(ConfigError, match="advantage scheme 'ppo'"):
         group_token_advantages(H, R, "ppo")
+
+
+def test_flat_tokens_in_any_order_give_the_same_advantages():
+    lengths = [len(h) for h in H]
+    rows = np.repeat(np.arange(3), lengths)
+    position = np.concatenate([np.arange(n) for n in lengths])
+    order = np.random.default_rng(0).permutation(rows.size)
+    for scheme in SCHEMES:
+        shuffled = flat_token_advantages(
+            _flat(H)[order], rows[order], position[order], R, np.zeros(3), scheme=scheme, tau=2.0
+        )
+        expected = _flat(group_token_advantages(H, R, scheme, tau=2.0))[order]
+        assert shuffled == pytest.approx(expected, rel=1e-12), scheme

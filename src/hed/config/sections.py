@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hed.analysis.advantage_shaping import AdvantageShapingParams
 from hed.analysis.covariance import CovarianceSettings
 from hed.analysis.rescoring import RESCORING_DEFAULTS
 from hed.config.analysis_params import (
@@ -142,7 +143,12 @@ SECTIONS: dict[str, dict[str, Any]] = {
     "dynamics.figures": DYNAMICS_STYLE.as_params(),
     "rescoring": {**RESCORING_DEFAULTS, "reference": {}},
     "rescoring.reference": RESCORING_DEFAULTS["reference"],
-    "analyses": _defaults_of(AnalysesParams),  # reference_run, mismatch, ..., dpi
+    # reference_run, mismatch, ..., dpi; advantage_shaping (its model: analysis/advantage_shaping)
+    "analyses": {**_defaults_of(AnalysesParams), "advantage_shaping": {}},
+    "analyses.advantage_shaping": {
+        k: list(v) if isinstance(v, tuple) else v
+        for k, v in AdvantageShapingParams().model_dump().items()
+    },
     "analyses.mismatch": _defaults_of(MismatchSettings),
     "analyses.trainer_entropy": _defaults_of(TrainerEntropySettings),
     "analyses.delta_logprob": _defaults_of(DeltaLogprobSettings),

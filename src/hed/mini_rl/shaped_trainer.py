@@ -74,9 +74,7 @@ class ShapedGRPOTrainer(GRPOTrainer):
         rewards = self._batch_rewards
         n_generations = self.num_generations
         groups = np.arange(rewards.numel()) // n_generations
-        shaped = shaped_advantages(
-            entropies, completion_mask, rewards, groups, self.shaping
-        )
+        shaped = shaped_advantages(entropies, completion_mask, rewards, groups, self.shaping)
         batch["advantages"] = shaped.to(batch["advantages"].dtype)
         tokens = completion_mask.sum().clamp(min=1)
         self._metrics[mode]["shaped_advantage/mean"].append(

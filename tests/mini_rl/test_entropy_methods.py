@@ -281,3 +281,37 @@ def test_the_mini_entropy_default_run_trains_every_run_then_analyses_each():
         "build_runs_comparison", "plot_figure2", "tabulate_advantage_shaping",
         "plot_advantage_shaping", "collect_training_manifests",
     } <= names  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_run_with_advantage_shaping_trains_with_the_shaped_trainer(tokenizer, tmp_path):
+    """``train_run`` of a tiny run with ``advantage_shaping: gtpo``: the manifest names the
+    scheme and the trainer log carries ``shaped_advantage/mean`` at every sampled step."""
+    import pandas as pd
+
+    from hed.mini_rl.trainer import train_run
+
+    base = build_tiny_model(tmp_path / "base", tokenizer, scale=20.0)
+    prompts = {"apply_chat_template": True, "instruction_suffix": "\nAnswer with the number."}
+    mini_rl = {
+        "base_model": {"embedded": False, "model_dir": str(base)},
+        "wandb": {"dir": str(tmp_path / "wandb"), "project": "hed-test"},
+        "validation": {"max_new_tokens": 4, "batch_size": 4},
+        "torch_threads": 1,
+        "training": {
+            "max_steps": 2, "save_every": 2, "seed": 0, "learning_rate": 1.0e-3,
+            "per_device_train_batch_size": 4, "num_generations": 4, "num_iterations": 2,
+            "loss_type": "dapo", "beta": 0.0, "max_completion_length": 4, "bf16": False,
+        },
+        "runs": {"tiny_gtpo": {"advantage_shaping": {"scheme": "gtpo"}}},
+    }  # fmt: skip
+    runs = {"tiny_gtpo": {"checkpoint_root": str(tmp_path / "ckpt"), "steps": [0, 2]}}
+    (spec,) = training_specs(mini_rl, runs, prompts)
+    problems = pd.DataFrame(
+        {"problem": [f"What is {i} + 1?" for i in range(4)], "answer": [1, 2, 3, 4]}
+    )
+    manifest = train_run(spec, problems, problems, fingerprint="f")
+    assert manifest["advantage_shaping"]["scheme"] == "gtpo"
+    assert manifest["steps"] == [0, 2]
+    logged = [row for row in manifest["train_log"] if "shaped_advantage/mean" in row]
+    assert [row["step"] for row in logged] == [1]  # the step that sampled the batch

@@ -244,6 +244,10 @@ def _retrained(project: Path, before: dict[str, str]) -> None:
 
 CASES = {
     "sampling_key": Case(_sampling_key, [GENERATE_ALL], _sampled_at_07),
+    # the researcher re-aggregates at once: aggregation's shard check refuses the old shards
+    "sampling_key_aggregated": Case(
+        _sampling_key, ["kedro run --pipelines generation"], _sampled_at_07, AGGREGATE_ALL
+    ),
     "rho": Case(_rho, [AGGREGATE_ALL], _rho_03),
     "lexicon": Case(_lexicon, [AGGREGATE_ALL], _new_lexicon),
     "lexicon_strict": Case(

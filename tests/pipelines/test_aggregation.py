@@ -421,7 +421,7 @@ def test_shard_made_with_another_sampling_parameter_is_refused(
         f"generation.{name} was {shown_then} when it was generated but is {shown_now} now"
         in message
     )
-    assert f"delete {tmp_path}/ and rerun generation" in message
+    assert f"delete {tmp_path}/ and run generation with --only-missing-outputs" in message
     assert message.endswith(f"or set generation.{name}: {shown_then}")
 
 
@@ -773,7 +773,7 @@ def test_pipeline_refuses_a_step_generated_with_other_parameters(tmp_path):
     step_folder = tmp_path / "data/02_intermediate/token_records/r/step_0"
     assert message.startswith(f"{step_folder}/shard_0.sequences.parquet/")
     assert "generation.max_new_tokens was 5 when it was generated but is 64 now" in message
-    assert f"delete {step_folder}/ and rerun generation" in message
+    assert f"delete {step_folder}/ and run generation with --only-missing-outputs" in message
     assert not (tmp_path / "data" / "03_primary").exists()
 
 

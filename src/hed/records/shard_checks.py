@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,17 +306,20 @@ def check_generation_metadata(
     if stale is not None:
         raise InputDataError(
             f"{source}: stale shard: {stale.field} was {stale.recorded} when it was generated "
-            f"but is {stale.current} now; delete {shard_folder(source)}/ and rerun generation "
-            f"(`{regenerate_command()}`), or {stale.restore}"
+            f"but is {stale.current} now; regenerate the shards with `{regenerate_command()}` "
+            f"(to regenerate this step only: delete {shard_folder(source)}/ and run generation "
+            f"with --only-missing-outputs), or {stale.restore}"
         )
     return meta
 
 
 def regenerate_command() -> str:
     """This run's ``kedro run`` line (its ``--env``, ``--params``, ``--runner`` kept) with
-    generation added and ``--only-missing-outputs``: it regenerates the deleted shards only."""
-    command = update_command(["generation"])
-    return command if "--only-missing-outputs" in command else f"{command} --only-missing-outputs"
+    generation added and ``--only-missing-outputs`` dropped: run as printed it regenerates every
+    shard and then runs what the user asked for (with ``--only-missing-outputs`` it would reuse
+    the stale shards and be refused by the pre-run check)."""
+    tokens = shlex.split(update_command(["generation"]))
+    return shlex.join([t for t in tokens if t != "--only-missing-outputs"])
 
 
 def shards_mass_lexicon(datasets: Iterable[ds.Dataset]) -> str | None:

@@ -35,8 +35,8 @@ from kedro.framework.hooks.manager import (
 )
 from kedro.runner.task import Task
 
-from hed.decode import progress
 from hed.core.cpus import openmp_environment
+from hed.decode import progress
 from hed.errors import TRACEBACK_VARIABLE, hed_error_in, one_line, short_message
 
 if TYPE_CHECKING:

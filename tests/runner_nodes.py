@@ -40,6 +40,17 @@ def describe_process(seconds: float = 0.0) -> dict[str, Any]:
     }
 
 
+def describe_threads() -> dict[str, Any]:
+    """The OpenMP variables this process got, and the threads torch takes from them."""
+    import torch
+
+    names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "KMP_BLOCKTIME")
+    return {
+        **{name: os.environ.get(name) for name in (*names, "GOMP_SPINCOUNT")},
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
 def describe_process_after(upstream: Any, seconds: float = 0.0) -> dict[str, Any]:
     """:func:`describe_process`, with ``upstream`` echoed under ``"upstream"``."""
     return {**describe_process(seconds), "upstream": upstream}

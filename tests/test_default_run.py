@@ -321,6 +321,39 @@ def test_dynamics_tables_equal_independent_numpy_on_the_demo(default_project):
         assert latest(default_project / "data/08_reporting/figures" / name).stat().st_size > 0
 
 
+def test_advantage_shaping_of_the_demo_agrees_with_dynamics_and_numpy(default_project):
+    feature = default_project / "data/04_feature"
+    table = pd.read_csv(latest(feature / "advantage_shaping_by_step.csv"))
+    dynamics = pd.read_csv(latest(feature / "advantage_covariance_by_step.csv"))
+    assert set(table["scheme"]) == {"grpo", "dr_grpo", "top_rho_mask", "entropy_advantage",
+                                    "gtpo", "grpo_s"}  # fmt: skip
+    whole = table[(table["subset"] == "all") & (table["response"] == "all")].set_index("scheme")
+    for estimator in ("grpo", "dr_grpo"):  # two implementations of the same Cov(log π, A)
+        row = dynamics[dynamics["estimator"] == estimator].iloc[0]
+        assert whole.loc[estimator, "n_tokens"] == row["n_tokens"]
+        assert whole.loc[estimator, "mean_advantage"] == pytest.approx(row["mean_advantage"])
+        assert whole.loc[estimator, "cov_logp_advantage"] == pytest.approx(
+            row["mean_cov"], rel=1e-9, abs=1e-12
+        )
+    merged = default_project / f"data/03_primary/token_records/{RUN}"
+    records = pq.read_table(latest(merged / "step_0.parquet")).to_pandas()
+    sequences = pq.read_table(latest(merged / "step_0.sequences.parquet")).to_pandas()
+    high = table[(table["subset"] == "high_entropy") & (table["response"] == "all")]
+    n_high = int(records.loc[~records["is_special"], "is_high_entropy"].sum())
+    assert high["n_tokens"].tolist() == [n_high] * 6
+    if (sequences.groupby("prompt_index")["correct"].nunique() < 2).all():
+        # no prompt with both outcomes: every A is 0, no credit to share
+        assert table["credit_share"].isna().all()
+    else:
+        assert high.set_index("scheme").loc["top_rho_mask", "credit_share"] > 0.99
+        parts = table[table["subset"].isin(["high_entropy", "other"])]
+        parts = parts[parts["response"] != "all"]
+        assert parts.groupby("scheme")["credit_share"].sum().tolist() == pytest.approx([1.0] * 6)
+    assert (
+        latest(default_project / "data/08_reporting/figures/advantage_shaping.png").stat().st_size
+    )
+
+
 def test_token_report_of_the_demo_in_chromium(default_project, tmp_path):
     """The demo's own token_report_html, opened from disk offline: one span per record of
     the chosen responses (8 of the 12, `reporting.token_report`), each response's exact text,

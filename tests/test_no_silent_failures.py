@@ -352,6 +352,12 @@ def test_a_misspelt_pipeline_or_env_ends_in_one_line(tmp_path, smollm2_dir, args
             "ConfigError: --load-versions prompt:2026-12-01T10.00.00.000Z: the pipeline has no "
             "such dataset; did you mean prompts",
         ),
+        (  # mini_rl has nodes only in conf/mini_dapo
+            ("--pipelines", "mini_rl"),
+            "ConfigError: --pipelines mini_rl: no node in the default environment (base + "
+            "local); mini_rl runs only in --env mini_dapo: kedro run --env mini_dapo "
+            "--pipelines mini_rl",
+        ),
         (  # each exists, but nothing lies downstream of figure_plan and upstream of checkpoints
             ("--from-inputs", "figure_plan", "--to-outputs", "checkpoints"),
             "ConfigError: --from-inputs figure_plan --to-outputs checkpoints: together these "

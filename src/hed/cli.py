@@ -141,3 +141,43 @@ def schema() -> None:
     from hed.config.schema import main
 
     raise SystemExit(main([]))
+
+
+@hed.command(name="refresh-mass")
+def refresh_mass(env: str | None, params: dict[str, Any]) -> None:
+    """Bring every shard's anthropomorphic_mass / reasoning_mass to the current lexicon by
+    teacher-forced re-scoring of its own responses (no re-sampling), then run aggregation and
+    what reads it (docs/aggregation.md, "Changing the lexicon")."""
+    from pathlib import Path
+
+    from kedro.framework.session import KedroSession
+    from kedro.framework.startup import bootstrap_project
+
+    from hed.errors import HEDError
+    from hed.io.mass_refresh import refresh_study_mass
+    from hed.io.missing_inputs import pipelines_to_update, project_pipelines
+
+    bootstrap_project(Path.cwd())
+    try:
+        with KedroSession.create(env=env, runtime_params=params) as session:
+            context = session.load_context()
+            parameters = context.params
+            refreshed = refresh_study_mass(context.catalog, parameters)
+        click.echo(f"refreshed the mass columns of {len(refreshed)} shard file(s)")
+        built = project_pipelines(parameters)
+        merged = sorted(
+            n for n in built["aggregation"].all_outputs() if n.endswith(".token_records")
+        )
+        if not merged:  # no step configured: nothing to aggregate
+            return
+        fix = pipelines_to_update(merged[0], [], built, parameters, resample=False)
+        with KedroSession.create(env=env, runtime_params=params) as session:
+            session.run(pipeline_names=fix)
+    except HEDError as exc:
+        click.echo(f"{type(exc).__name__}: {exc}", err=True)
+        raise SystemExit(1) from None
+
+
+for _param in kedro_run.params:
+    if _param.name in ("env", "params"):
+        refresh_mass.params.append(copy.copy(_param))

@@ -38,9 +38,46 @@ def register_pipelines() -> dict[str, Pipeline]:
     filters = _run_command_filters()
     if filters:
         chosen = sum((pipelines[n] for n in requested or ["__default__"]), Pipeline([]))
+        check_not_empty(pipelines, requested or ["__default__"])
         check_load_versions(chosen, _run_command_load_versions())
         check_node_filters(chosen, **filters)
     return pipelines
+
+
+#: Pipelines that have nodes only in one environment: {pipeline: environment}.
+ONLY_IN_ENVIRONMENT = {"mini_rl": "mini_dapo"}
+
+
+def check_not_empty(pipelines: dict[str, Pipeline], requested: list[str]) -> None:
+    """Refuse a ``kedro run --pipelines`` whose pipelines have no node in this environment.
+
+    Kedro would end in ``ValueError`` (or HED's filter check in "together these select no
+    node" with no option named); ``mini_rl`` has nodes only in ``--env mini_dapo``.
+
+    Args:
+        pipelines: the registered pipelines. requested: the ``--pipelines`` names.
+
+    Raises:
+        ConfigError: one line: the empty pipelines, the environment and, for ``mini_rl``,
+            the command with ``--env mini_dapo``.
+    """
+    if any(pipelines[name].nodes for name in requested):
+        return
+    ctx = click.get_current_context(silent=True)
+    env = (ctx.params.get("env") if ctx is not None else None) or os.environ.get("KEDRO_ENV")
+    names = ",".join(requested)
+    where = f"environment {env}" if env else "the default environment (base + local)"
+    homes = {ONLY_IN_ENVIRONMENT[n] for n in requested if n in ONLY_IN_ENVIRONMENT}
+    if len(homes) == 1:
+        home = homes.pop()
+        raise ConfigError(
+            f"--pipelines {names}: no node in {where}; {names} runs only in --env {home}: "
+            f"kedro run --env {home} --pipelines {names}"
+        )
+    raise ConfigError(
+        f"--pipelines {names}: no node in {where}; check the pipeline's parameters in "
+        f"conf/, or list its nodes with `{_list_command('node')}`"
+    )
 
 
 #: ``kedro run`` options that select nodes: {option: click parameter name}.

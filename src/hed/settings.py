@@ -3,6 +3,7 @@
 import warnings
 
 from hed.config.loader import HEDConfigLoader
+from hed.core.cpus import set_passive_openmp
 from hed.errors import install_short_tracebacks
 from hed.hooks import (
     AtomicWritesHooks,
@@ -13,6 +14,11 @@ from hed.hooks import (
     ResumeHooks,
     ShardPartsHooks,
 )
+
+# Before torch loads its OpenMP runtime (none of the imports above loads torch): idle threads
+# sleep instead of spinning against other processes on a shared CPU (hed.core.cpus; a value
+# the user set is kept).
+set_passive_openmp()
 
 # `kedro run` shows HED's one-line errors without Python's traceback (HED_TRACEBACK=1 for it).
 install_short_tracebacks()

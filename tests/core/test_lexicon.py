@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pyarrow as pa
@@ -46,6 +47,26 @@ def test_first_category_wins_and_words_are_lower_cased():
         OTHER,
         "anthropomorphic",
     ]
+
+
+def test_a_word_under_two_categories_is_warned_once_naming_both(caplog):
+    config = {
+        "anthropomorphic": ["twicelisted", "hmm", "Twicelisted"],
+        "reasoning": ["so", "twicelisted"],
+    }
+    with caplog.at_level(logging.WARNING, logger="hed.core.lexicon"):
+        lexicon = parse_lexicon(config)
+        parse_lexicon(config)  # every node that reads the lexicon parses it: still one warning
+    assert lexicon.category_of("twicelisted") == "anthropomorphic"
+    assert [r.getMessage() for r in caplog.records] == [
+        "aggregation.lexicon lists 1 word(s) under more than one category: 'twicelisted' under "
+        "anthropomorphic, reasoning; each counts under the first listed only (remove it from "
+        "the others to say so)"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hed.core.lexicon"):
+        parse_lexicon({"anthropomorphic": ["hmm", "hmm"], "reasoning": ["so"]})
+    assert caplog.records == []  # twice in one category: nothing to say
 
 
 def test_unspaced_words_are_accepted():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,10 @@ import pytest
 from hed.decode.checkpoints import (
     checkpoint_fingerprint,
     discover_steps,
+    identical_checkpoints,
     model_dir_for_step,
     step_from_path,
+    warn_identical_checkpoints,
 )
 from hed.errors import CheckpointError
 
@@ -96,6 +99,50 @@ def test_fingerprint_changes_with_config(tmp_path):
     assert first["config_sha256"] != second["config_sha256"]
     assert first["weights_index_sha256"] == second["weights_index_sha256"]
     assert len(first["config_sha256"]) == 64
+
+
+def test_byte_identical_checkpoints_of_two_steps_or_runs_get_one_warning(tmp_path, caplog):
+    def model(path, weights):
+        folder = _model(tmp_path / path)
+        (folder / "model.safetensors").write_bytes(weights)
+        return checkpoint_fingerprint(folder)
+
+    fingerprints = {
+        "dapo": {
+            "0": model("dapo/0", b"base"),
+            "10": model("dapo/10", b"w10"),
+            "20": model("dapo/20", b"w10"),
+        },  # step 20 is step 10 copied
+        "ppo": {"0": model("ppo/0", b"base"), "10": model("ppo/10", b"w10-other")},
+        "copy": {"5": model("copy/5", b"w10-other")},  # pointed at ppo's step 10
+    }
+    assert identical_checkpoints(fingerprints) == [
+        [("dapo", 0), ("ppo", 0)],
+        [("dapo", 10), ("dapo", 20)],
+        [("ppo", 10), ("copy", 5)],
+    ]
+    with caplog.at_level(logging.INFO, logger="hed.decode.checkpoints"):
+        warn_identical_checkpoints(fingerprints)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "byte-identical checkpoints (same config.json and weights): [dapo step 10, dapo step "
+        "20]; [ppo step 10, copy step 5]; their tables would be identical: check "
+        "checkpoint_root and steps of these runs"
+    ]
+    # one base model both runs start from is expected: said, not warned
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert infos == ["runs start from the same checkpoint: dapo step 0, ppo step 0"]
+
+
+def test_distinct_checkpoints_give_no_warning(tmp_path, caplog):
+    a = _model(tmp_path / "a")
+    b = _model(tmp_path / "b")
+    (b / "model.safetensors").write_bytes(b"1" * 16)  # same size, other bytes
+    with caplog.at_level(logging.INFO, logger="hed.decode.checkpoints"):
+        warn_identical_checkpoints(
+            {"r": {0: checkpoint_fingerprint(a), 1: checkpoint_fingerprint(b)}}
+        )
+    assert caplog.records == []
 
 
 class _Saves:

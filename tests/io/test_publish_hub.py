@@ -254,7 +254,10 @@ def test_repo_absent_and_create_repo_false_is_refused(demo_study, hf_token, monk
         ({"hub": {"path_in_repo": "../up"}}, r"path_in_repo '\.\./up' must be a folder inside"),
         ({"hub": {"private": "yes"}}, r"publish\.hub\.private must be true or false"),
         ({"wandb": {"enabled": True}}, r"publish\.wandb\.project is not set"),
-        ({"wandb": {"mode": "disabled"}}, r"publish\.wandb\.mode must be one of online, offline or null"),
+        (
+            {"wandb": {"mode": "disabled"}},
+            r"publish\.wandb\.mode must be one of online, offline or null",
+        ),
     ],
 )
 def test_bad_publish_parameters_are_one_line(section, message):

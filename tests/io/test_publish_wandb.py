@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -248,3 +249,86 @@ def test_a_failure_while_logging_leaves_no_artifact(demo_study, offline_env, mon
     records = read_offline_run(run_dir)
     assert not [a for a in records.get("artifact", []) if a["type"] == ARTIFACT_TYPE]
     assert records["exit"][-1]["exit_code"] == 1  # the run is marked failed
+
+
+def _publish_now(root: Path, publish: dict) -> tuple[Any, Any, str]:
+    """Run the publish pipeline as a session would, run id = now (Kedro's session id)."""
+    from kedro.io.core import generate_timestamp
+
+    from hed.pipelines.publish import create_pipeline
+
+    from ..pipelines.test_reporting import run_pipeline
+    from ..study_demo import project_catalog, study_params
+
+    version = generate_timestamp()
+    params = study_params(publish)
+    catalog = project_catalog(root, params, version)
+    pipeline = create_pipeline(params=params)
+    run_pipeline(pipeline, catalog, env=ENV, run_id=version, project=root)
+    return catalog, pipeline, version
+
+
+def test_a_publish_rerun_lists_what_it_wrote_and_removes_the_killed_attempt(
+    demo_study, offline_env, monkeypatch, caplog
+):
+    import wandb
+
+    from hed.hooks import ProvenanceHooks
+
+    wandb_dir = offline_env / "runs"
+    publish = {"wandb": {"enabled": True, "project": PROJECT, "mode": "offline",
+                         "dir": str(wandb_dir)}}  # fmt: skip
+
+    def killed(*args, **kwargs):  # the process is stopped while the run is open
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(wandb_publish, "_media", killed)
+        with pytest.raises(KeyboardInterrupt):
+            _publish_now(demo_study, publish)
+    wandb.finish(exit_code=255)
+    (leftover,) = (wandb_dir / "wandb").glob("offline-run-*")
+
+    catalog, pipeline, version = _publish_now(demo_study, publish)
+    with caplog.at_level("INFO", logger="hed.hooks"):
+        ProvenanceHooks().after_pipeline_run(
+            run_params={"run_id": version}, pipeline=pipeline, catalog=catalog
+        )
+    (run_dir,) = (wandb_dir / "wandb").glob("offline-run-*")
+    assert run_dir != leftover and not leftover.exists()
+    receipt_file = demo_study / "data/08_reporting/publications/wandb.json"
+    receipt = json.loads(receipt_file.read_text())
+    assert receipt["run_dir"] == str(run_dir) and receipt["removed_attempts"] == [str(leftover)]
+    assert not receipt_file.with_name("wandb.attempt.json").exists()
+    artifacts = demo_study / "results/final_artifacts" / ENV
+    n_files = len(json.loads((artifacts / "MANIFEST.json").read_text())["files"])
+    (summary,) = [r.getMessage() for r in caplog.records if "Run summary" in r.getMessage()]
+    assert summary.splitlines() == [
+        "Run summary: published",
+        f"  artifacts folder {artifacts} ({n_files} file(s) + MANIFEST.json)",
+        f"  W&B offline run folder {run_dir} (upload it with `wandb sync {run_dir}`)",
+        f"  removed {leftover} (the W&B run folder of a publish that was killed)",
+        f"  receipt {receipt_file}",
+    ]
+    assert n_files >= 5
+
+
+def test_the_summary_names_the_hub_commit(tmp_path):
+    from kedro.io import DataCatalog
+    from kedro.io.core import generate_timestamp
+
+    from hed.io.publication_datasets import HubCommitDataset
+    from hed.io.publishing import published_by_run
+
+    version = generate_timestamp()
+    receipt = tmp_path / "hub.json"
+    url = "https://huggingface.co/datasets/lab/study/commit/abc123"
+    receipt.write_text(json.dumps({"study": "s", "commit_url": url}))
+    catalog = DataCatalog({"hub_publication": HubCommitDataset(filepath=str(receipt))})
+    assert published_by_run(catalog, {"hub_publication"}, version) == [
+        f"Hub commit {url}",
+        f"receipt {receipt}",
+    ]
+    # a receipt of an earlier run is not listed
+    os.utime(receipt, (0, 0))
+    assert published_by_run(catalog, {"hub_publication"}, version) == []

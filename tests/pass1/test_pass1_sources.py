@@ -47,8 +47,11 @@ def _accuracy(step: int) -> float:
 
 
 @contextlib.contextmanager
-def offline_wandb_run(root: Path, project: str):
-    """A real ``wandb.init(mode="offline")`` run under ``root`` (no network, no key, no git)."""
+def offline_wandb_run(root: Path, project: str, **init):
+    """A real ``wandb.init(mode="offline")`` run under ``root`` (no network, no key, no git).
+
+    ``init``: more ``wandb.init`` arguments (``id=``, ``resume="allow"``).
+    """
     import wandb
 
     with pytest.MonkeyPatch.context() as mp:
@@ -70,6 +73,7 @@ def offline_wandb_run(root: Path, project: str):
             dir=root,
             project=project,
             settings=wandb.Settings(x_disable_stats=True, console="off", save_code=False),
+            **init,
         )
 
 
@@ -140,6 +144,73 @@ def test_offline_folder_without_a_log(tmp_path):
     with pytest.raises(InputDataError) as exc_info:
         find_offline_run_file(tmp_path)
     assert "no run-*.wandb" in _one_line(exc_info)
+
+
+@pytest.fixture(scope="module")
+def resumed_offline_run(tmp_path_factory) -> Path:
+    """A real offline run resumed under its id: two ``offline-run-<time>-resumed1`` folders.
+
+    The first attempt logs steps 0, 10, 20 (0.30); the second, resumed, re-logs step 20 with
+    0.33 and goes on to 30 — it lacks step 0 and 10. Returns the ``wandb/`` folder.
+    """
+    import time
+
+    import wandb
+
+    root = tmp_path_factory.mktemp("wandb_resumed")
+    for values in ({0: 0.1, 10: 0.2, 20: 0.30}, {20: 0.33, 30: 0.4}):
+        with offline_wandb_run(root, "hed-resume", id="resumed1", resume="allow") as run:
+            for step, value in values.items():
+                run.log({METRIC: value, STEP: step}, step=step)
+            wandb_dir = Path(run.dir).parent.parent
+            run.finish()
+            wandb.teardown()
+        time.sleep(1.1)  # the folder name holds the start time to the second
+    return wandb_dir
+
+
+def test_resumed_offline_run_is_read_whole_the_later_value_winning(resumed_offline_run, caplog):
+    folders = sorted(p.name for p in resumed_offline_run.glob("offline-run-*"))
+    assert len(folders) == 2 and all(name.endswith("-resumed1") for name in folders)
+    with caplog.at_level(logging.WARNING, logger="hed.pass1"):
+        history = read_wandb_offline_history(resumed_offline_run)
+    assert history.set_index("step")["pass1"].to_dict() == {0: 0.1, 10: 0.2, 20: 0.33, 30: 0.4}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "step(s) 20 logged more than once" in warnings[0]
+    assert "2 attempts of run id resumed1" in warnings[0]
+    # the newer attempt alone is what it logged (no step 0)
+    newer = read_wandb_offline_history(resumed_offline_run / folders[1])
+    assert newer.set_index("step")["pass1"].to_dict() == {20: 0.33, 30: 0.4}
+
+
+def test_a_killed_attempt_before_the_resume_gives_its_readable_rows(resumed_offline_run, tmp_path):
+    import shutil
+
+    copy = shutil.copytree(resumed_offline_run, tmp_path / "wandb")
+    older = sorted(copy.glob("offline-run-*"))[0] / "run-resumed1.wandb"
+    older.write_bytes(older.read_bytes()[:-40])  # cut inside the last record
+    history = read_wandb_offline_history(copy)
+    assert history.set_index("step")["pass1"].to_dict()[30] == 0.4
+    assert history.set_index("step")["pass1"].to_dict()[20] == 0.33
+    # the newest attempt must be whole
+    newest = sorted(copy.glob("offline-run-*"))[1] / "run-resumed1.wandb"
+    newest.write_bytes(newest.read_bytes()[:-40])
+    with pytest.raises(InputDataError, match="truncated or incomplete"):
+        read_wandb_offline_history(copy)
+
+
+def test_offline_runs_of_two_ids_in_one_folder_are_refused(resumed_offline_run, tmp_path):
+    import shutil
+
+    copy = shutil.copytree(resumed_offline_run, tmp_path / "wandb")
+    other = copy / "offline-run-20260101_000000-other2"
+    other.mkdir()
+    (other / "run-other2.wandb").write_bytes(b"\0")
+    with pytest.raises(InputDataError) as info:
+        read_wandb_offline_history(copy)
+    message = _one_line(info)
+    assert "W&B runs of 2 run ids" in message and "offline-run-20260101_000000-other2" in message
 
 
 # ------------------------------------------------------------------ W&B online (fake Api)
@@ -228,6 +299,29 @@ def test_online_reads_only_rows_with_the_metric_and_their_own_step():
     assert not history["pass1"].isna().any()
     # scan_history with the metric key (keys containing '/'), never a full scan nor history()
     assert run.scan_calls and all(keys is not None and METRIC in keys for keys in run.scan_calls)
+
+
+def test_online_resumed_run_keeps_the_later_value_of_a_relogged_step(caplog):
+    # killed after step 20, resumed from the step-10 checkpoint: steps 20 is logged again,
+    # W&B's _step goes on counting (3, 4), the step key repeats
+    rows = [
+        {"_step": 0, METRIC: 0.1, STEP: 0},
+        {"_step": 1, METRIC: 0.2, STEP: 10},
+        {"_step": 2, METRIC: 0.30, STEP: 20},
+        {"_step": 3, METRIC: 0.33, STEP: 20},
+        {"_step": 4, METRIC: 0.4, STEP: 30},
+    ]
+    api = FakeApi({"e/p/r": FakeRun(rows)})
+    with caplog.at_level(logging.WARNING, logger="hed.pass1"):
+        history = read_wandb_history("e/p/r", api_factory=_factory(api))
+    assert history["step"].tolist() == [0, 10, 20, 30]
+    assert history["pass1"].tolist() == [0.1, 0.2, 0.33, 0.4]
+    assert history["wandb_step"].tolist() == [0, 1, 3, 4]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "W&B run e/p/r: step(s) 20 logged more than once (a resumed run re-logs the steps "
+        "after its checkpoint); the value logged last is kept"
+    ]
 
 
 def test_online_never_calls_history(monkeypatch):

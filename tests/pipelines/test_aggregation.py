@@ -421,7 +421,7 @@ def test_shard_made_with_another_sampling_parameter_is_refused(
         f"generation.{name} was {shown_then} when it was generated but is {shown_now} now"
         in message
     )
-    assert f"delete {tmp_path}/ and rerun generation" in message
+    assert f"delete {tmp_path}/ and run generation with --only-missing-outputs" in message
     assert message.endswith(f"or set generation.{name}: {shown_then}")
 
 
@@ -773,7 +773,7 @@ def test_pipeline_refuses_a_step_generated_with_other_parameters(tmp_path):
     step_folder = tmp_path / "data/02_intermediate/token_records/r/step_0"
     assert message.startswith(f"{step_folder}/shard_0.sequences.parquet/")
     assert "generation.max_new_tokens was 5 when it was generated but is 64 now" in message
-    assert f"delete {step_folder}/ and rerun generation" in message
+    assert f"delete {step_folder}/ and run generation with --only-missing-outputs" in message
     assert not (tmp_path / "data" / "03_primary").exists()
 
 
@@ -847,23 +847,26 @@ def test_a_shard_without_the_mass_columns_merges_with_null_mass(tmp_path):
         pass  # drain the spill
 
 
-def test_a_shard_whose_mass_used_another_lexicon_is_refused(tmp_path):
-    from hed.records.shard_metadata import lexicon_sha256
+def test_a_shard_whose_mass_used_another_lexicon_merges_with_the_current_words(tmp_path):
+    """Words and categories are post-hoc: shards whose mass columns were summed over another
+    lexicon are merged (not stale), categorised with the current lexicon, and the merged
+    records carry the shards' lexicon digest for what reads the mass columns."""
+    import json
+
+    from hed.records.shard_metadata import WORD_MASS_METADATA_KEY, lexicon_sha256
 
     other = parse_lexicon({"anthropomorphic": ["wait"], "reasoning": ["so"]})
     recorded = {"word_mass": {"lexicon_sha256": lexicon_sha256(other)}}
     records, sequences = write_shards(tmp_path, shard_tables(RESPONSES, 2, recorded=recorded))
     checked, report = run_checks(records, sequences)
     selection = agg.compute_entropy_threshold(report, AGGREGATION, *records, run="r", step=0)
-    with pytest.raises(InputDataError) as exc:
-        agg.merge_token_records(checked, selection, PARSED, AGGREGATION, *records)
-    message = one_line(exc)
-    assert message.startswith(f"{tmp_path}/shard_0.parquet: stale shard: aggregation.lexicon ")
-    assert f"was sha256 {lexicon_sha256(other)[:12]} " in message
-    assert f"but is sha256 {lexicon_sha256(PARSED)[:12]} now" in message
-    same = {"word_mass": {"lexicon_sha256": lexicon_sha256(PARSED)}}
-    records, _ = write_shards(tmp_path / "same", shard_tables(RESPONSES, 2, recorded=same))
     merged = agg.merge_token_records(checked, selection, PARSED, AGGREGATION, *records)
-    assert sum(t.num_rows for t in merged.token_records) == 30
+    tables = list(merged.token_records)
+    assert sum(t.num_rows for t in tables) == 30
+    carried = json.loads(tables[0].schema.metadata[WORD_MASS_METADATA_KEY])
+    assert carried == {"word_mass": {"lexicon_sha256": lexicon_sha256(other)}}
+    frame = pa.concat_tables(tables).to_pandas()
+    expected = [PARSED.category_of(w) if w else "other" for w in frame["word"]]
+    assert frame["category"].tolist() == expected
     for _ in agg.select_high_entropy_positions(merged.high_entropy_rows):
         pass

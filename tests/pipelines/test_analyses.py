@@ -111,6 +111,8 @@ def test_analyses_pipeline_tables_and_figures(tmp_path, caplog):
     catalog["summary_by_step"] = MemoryDataset(pd.DataFrame(summary))
     catalog["pass1_for_figures"] = MemoryDataset(pd.DataFrame(pass1))
     catalog["params:analyses"] = MemoryDataset({"reference_run": "a", "dpi": 40})
+    catalog["params:aggregation"] = MemoryDataset({"lexicon": {"anthropomorphic": ["wait"]}})
+    catalog["params:reporting"] = MemoryDataset({"strict": False})
     catalog["params:runs"] = MemoryDataset(RUNS)
     catalog["params:metrics"] = MemoryDataset({"runs": {}})  # no W&B source: no trainer entropy
     catalog["params:generation"] = MemoryDataset(
@@ -162,7 +164,7 @@ def test_analyses_pipeline_tables_and_figures(tmp_path, caplog):
     assert lines == [
         "b.step_0: its token records have no anthropomorphic_mass / reasoning_mass (generated "
         "before HED recorded them): hedging_propensity_by_step leaves the mass columns empty; "
-        "delete the step's shards and rerun generation and aggregation to get them"
+        "`kedro hed refresh-mass` adds them without re-sampling"
     ]
 
     for name in ("pass_at_k_png", "entropy_performance_fit_png", "runs_comparison_png",

@@ -304,3 +304,34 @@ def test_checkpoint_and_wandb_readers_wait_for_the_training():
     plain = {k: v for k, v in params.items() if k != "mini_rl"}
     generation = generation_pipeline(layout, params=plain)
     assert all(TRAINING_MANIFEST not in n.inputs for n in generation.nodes)
+
+
+def test_training_dumps_its_rollouts_in_verl_format_matching_the_train_prompts(trained, tokenizer):
+    """TRL generates once per 2 updates (num_iterations 2): 2 updates give dump step 1 (by
+    global_step_0) with the 4 completions of its one group, every row matched to a training
+    prompt with its sampled ids."""
+    import json
+
+    from hed.decode.rollouts import prompt_lookup, rebuild_responses
+    from hed.records.verl_dump import dump_steps, read_dump_step
+
+    tmp_path, params, _ = trained
+    train = TaskSetDataset(filepath=str(tmp_path / "mini_rl" / "train.jsonl")).load()
+    prompts = build_prompt_set(train, {**PROMPTS, "num_prompts": None})
+    for run in RUNS:
+        folder = Path(params["runs"][run]["checkpoint_root"]) / "rollouts"
+        assert dump_steps(folder) == [1]
+        lines = [json.loads(x) for x in (folder / "1.jsonl").read_text().splitlines()]
+        assert len(lines) == 4 and {x["step"] for x in lines} == {1}
+        assert {"input", "output", "gts", "score", "acc", "response_ids"} <= set(lines[0])
+        assert all(0 < len(x["response_ids"]) <= 4 for x in lines)
+        rebuilt = rebuild_responses(
+            read_dump_step(folder, 1),
+            prompt_lookup(prompts, tokenizer, PROMPTS),
+            tokenizer,
+            eos_token_ids=[tokenizer.eos_token_id],
+            max_response_length=4,
+        )
+        assert all(r.flag != "no_prompt" for r in rebuilt)
+        assert len({r.prompt_index for r in rebuilt}) == 1  # one group per generation batch
+        assert [r.response_ids.tolist() for r in rebuilt] == [x["response_ids"] for x in lines]

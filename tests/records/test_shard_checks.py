@@ -87,6 +87,21 @@ def test_coverage_names_the_missing_response_and_its_shard():
     )
 
 
+def test_a_dump_step_needs_no_full_coverage_but_keeps_the_other_checks():
+    frame = pd.DataFrame(
+        {"prompt_index": [0, 0, 0], "sample_index": [0, 1, 2], "shard": 0, "_shard": 0}
+    )
+    prompts = pd.DataFrame({"prompt_index": [0, 1]})
+    kwargs = {"num_shards": 1, "samples": 2, "sources": ["a"], "label": "r.step_1"}
+    check_response_keys(frame, prompts, every_sample=False, **kwargs)  # 3 samples, prompt 1 none
+    with pytest.raises(InputDataError, match=r"unexpected responses .*\(0, 2\)"):
+        check_response_keys(frame, prompts, **kwargs)
+    with pytest.raises(InputDataError, match=r"duplicated responses .*\(0, 1\)"):
+        check_response_keys(
+            pd.concat([frame, frame.tail(2)]), prompts, every_sample=False, **kwargs
+        )
+
+
 def test_shard_count_and_examples():
     check_shard_count((None, None), 2, "r.step_0", "sequences")  # exactly right: no error
     with pytest.raises(InputDataError, match=r"missing shard\(s\) r.step_0.shard_1.sequences"):

@@ -30,13 +30,15 @@ from hed.report.explorer import (
     render_explorer,
 )
 
-from ..browser import open_page
+from ..browser import READY, open_page
 from ..token_report_demo import RESPONSES, RUN, STEPS, demo_prompts, demo_step
 
 IMG = 'Look: <img src=x onerror="window.__img=1;alert(2)"> so 3 + 4 = 7. The answer is 7.'
 PLACEHOLDER = "I count 2, 3, 5, 7. Hmm, maybe __DATA__ or __JS__? The answer is 4."
 DEMO = {**RESPONSES, (0, 2): IMG, (2, 2): PLACEHOLDER}
 EPS = 1e-6
+#: ``params:aggregation`` of the node tests (its lexicon is compared with the records' mass).
+LEXICON = {"lexicon": {"anthropomorphic": ["hmm"], "reasoning": ["so"]}}
 
 
 def with_mass(records: pa.Table, step: int) -> pa.Table:
@@ -319,6 +321,60 @@ def test_no_request_leaves_the_page(page):
     assert blocked == ["connect-src https://example.org/x", "img-src https://example.org/p.png"]
 
 
+LONG_PROMPT = (
+    "Let $x_1, x_2, \\ldots, x_{100}$ be real numbers such that the sum of every ten "
+    "consecutive terms is at most one and "
+    + "x" * 120  # a long unbroken run, as LaTeX often has
+    + " holds for every index; find the largest possible value of the sum of all terms. " * 3
+)
+
+
+@pytest.mark.parametrize("mode", ["list", "compare"])
+def test_cards_fit_a_1280_px_window(page, demo, tokenizer, tmp_path, mode):
+    """At 1,280 px (a laptop) no response card is wider than the window or than itself:
+    a long prompt and the full stats line (every measure, a long answer) stay inside."""
+    tables, _ = demo
+    steps = [
+        tr.StepInput(RUN, "single", step, seqs, records, threshold=seqs.attrs["threshold"])
+        for step, (records, seqs) in tables.items()
+    ]
+    prompts = demo_prompts().assign(prompt=LONG_PROMPT, answer="\\frac{" + "9" * 60 + "}{7}")
+    data = build_explorer(
+        steps, ExplorerOptions(responses_per_step=16), prompts=prompts, tokenizers={RUN: tokenizer}
+    )
+    path = tmp_path / "study_explorer.html"
+    path.write_text(render_explorer(data), encoding="utf-8")
+    tab = page.context.new_page()  # the browser of `page` (one Playwright per process)
+    try:
+        tab.set_viewport_size({"width": 1280, "height": 800})
+        tab.goto(path.as_uri())
+        tab.wait_for_function(READY, timeout=20_000)
+        tab.select_option("#mode", mode)
+        tab.wait_for_timeout(250)
+        boxes = tab.eval_on_selector_all(
+            "#list .resp",
+            """cards => cards.map(c => { const r = c.getBoundingClientRect();
+              const head = c.querySelector('.resphead');
+              const last = head.lastElementChild.getBoundingClientRect();
+              const box = c.closest('.cells') || c;
+              return {right: r.right, scroll: box.scrollWidth, client: box.clientWidth,
+                      headScroll: head.scrollWidth, headClient: head.clientWidth,
+                      lastRight: last.right, headRight: head.getBoundingClientRect().right,
+                      stats: head.children.length}; })""",
+        )
+        width = tab.evaluate("document.documentElement.clientWidth")
+        page_scroll = tab.evaluate("document.documentElement.scrollWidth")
+    finally:
+        tab.close()
+    assert len(boxes) >= 4 and width <= 1280
+    assert page_scroll <= width  # no horizontal scrollbar on the page
+    for box in boxes:
+        assert box["stats"] >= 9  # key, verdict, reward, A, tokens, mean H, ...
+        assert box["headScroll"] <= box["headClient"] and box["lastRight"] <= box["headRight"]
+        if mode == "list":
+            assert box["right"] <= width and box["scroll"] <= box["client"]
+
+
 # ------------------------------------------------------------------ data and escaping
 
 
@@ -403,18 +459,61 @@ def test_node_is_in_the_reporting_pipeline_when_configured():
     on = create_pipeline(params={"runs": runs, "reporting": {"explorer": {}}})
     node = {n.name: n for n in on.nodes}["build_study_explorer"]
     assert node.outputs == ["study_explorer_html"]
-    assert node.inputs[:5] == [
+    assert node.inputs[:6] == [
         "params:reporting",
+        "params:aggregation",
         "checkpoints",
         "entropy_thresholds",
         "prompts",
         "figure2_single_run_diagnostic",
     ]
-    assert node.inputs[5:] == [
+    assert node.inputs[6:] == [
         f"{RUN}.step_{s}.{name}" for s in STEPS for name in ("sequences", "token_records")
     ]
     off = create_pipeline(params={"runs": runs, "reporting": {"explorer": {"enabled": False}}})
     assert "build_study_explorer" not in {n.name for n in off.nodes}
+
+
+def test_mass_of_another_lexicon_is_left_out_of_the_page(demo, caplog):
+    """Records whose mass columns were summed over another lexicon (their ``hed.word_mass``
+    digest) show no anthropomorphic mass, with one warning per step naming the refresh."""
+    from hed.core.lexicon import parse_lexicon
+    from hed.pipelines.reporting.explorer_nodes import build_study_explorer
+    from hed.records.shard_checks import mass_metadata
+    from hed.records.shard_metadata import lexicon_sha256
+
+    tables, _ = demo
+    thresholds = pd.DataFrame(
+        [{"run": RUN, "step": s, "top_entropy_frac": 0.2, "threshold": q.attrs["threshold"]}
+         for s, (_, q) in tables.items()]
+    )  # fmt: skip
+    figure2 = pd.DataFrame({"run": [RUN], "role": ["single"], "step": [STEPS[0]]})
+
+    def measures(digest: str) -> list[str]:
+        step_tables = [
+            t
+            for s in STEPS
+            for t in (tables[s][1], tables[s][0].replace_schema_metadata(mass_metadata(digest)))
+        ]
+        page = build_study_explorer(
+            {"explorer": {"responses_per_step": 2}},
+            LEXICON,
+            {},
+            thresholds,
+            demo_prompts(),
+            figure2,
+            *step_tables,
+            run_steps=[(RUN, "single", s) for s in STEPS],
+        )
+        blob = page.split('<script type="application/json" id="hed-data">')[1].split("</script>")
+        return json.loads(blob[0])["measures"]
+
+    current = lexicon_sha256(parse_lexicon(LEXICON["lexicon"]))
+    assert "amass" in measures(current)
+    caplog.clear()
+    assert "amass" not in measures("0" * 64)
+    warned = [r.getMessage() for r in caplog.records if "another lexicon" in r.getMessage()]
+    assert len(warned) == len(STEPS) and "`kedro hed refresh-mass`" in warned[0]
 
 
 def test_node_builds_the_page_from_the_catalog_inputs(demo):
@@ -443,6 +542,7 @@ def test_node_builds_the_page_from_the_catalog_inputs(demo):
     )
     page = build_study_explorer(
         {"explorer": {"responses_per_step": 2, "seed": 1, "estimator": "dr_grpo"}},
+        LEXICON,
         {},
         thresholds,
         demo_prompts(),
@@ -472,6 +572,7 @@ def test_node_builds_the_page_from_the_catalog_inputs(demo):
     assert parsed.explorer == ExplorerOptions(responses_per_step=2, seed=1, estimator="dr_grpo")
     assert page == build_study_explorer(
         parsed,
+        LEXICON,
         {},
         thresholds,
         demo_prompts(),

@@ -269,7 +269,7 @@ def test_aggregation_refuses_real_shards_after_a_sampling_change(reaggregated):
     assert "stale shard: generation.temperature was 1.0 when it was generated but is 0.7 now" in (
         message
     )
-    assert f"delete {reaggregated.step_folder}/ and rerun generation" in message
+    assert f"delete {reaggregated.step_folder}/ and run generation" in message
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, Strict, field_validator
 
+from hed.analysis.advantage_shaping import AdvantageShapingParams
 from hed.analysis.covariance import BATCH_RECORDS, CLIP_COV_BAND, KL_COV_RATIO, CovarianceSettings
 from hed.analysis.delta_logprob import MIN_COUNT, TOP_N
 from hed.analysis.mismatch import MISMATCH_DTYPE, MISMATCH_DTYPES, VERL_RATIO_BOUNDS
@@ -138,6 +139,9 @@ class AnalysesParams(Section):
     """Δlog p's word lists."""
     dpi: Annotated[int, Strict(), Field(ge=MIN_DPI, le=MAX_DPI)] = DPI
     """Dots per inch of the analysis figures."""
+    advantage_shaping: AdvantageShapingParams | None = None
+    """Where each advantage scheme (GRPO, Dr. GRPO, the 80/20 mask, the entropy advantage,
+    GTPO, GRPO-S) puts the credit (docs/advantage_shaping.md); null: not tabulated."""
 
 
 #: ``dynamics_params(raw)``: :meth:`DynamicsParams.of` (the pre-run check's name for it).

@@ -30,7 +30,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -38,9 +38,11 @@ from pydantic import WithJsonSchema
 
 from hed.config.model import Bool, Section
 from hed.config.params import GenerationParams
+from hed.config.responses_params import ResponsesParams
 from hed.core.validators import is_integer, positive_int
 from hed.decode.checkpoints import discover_steps
-from hed.errors import CheckpointError, ConfigError
+from hed.errors import CheckpointError, ConfigError, InputDataError
+from hed.records.verl_dump import dump_steps
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +81,13 @@ class RunParams(Section):
     """List of steps, or all (every step folder found when the pipelines are built)."""
     embedded: Bool = False
     """Materialise the embedded SmolLM2 into checkpoint_root/global_step_0/actor_hf if missing."""
+    responses: ResponsesParams = ResponsesParams()
+    """Where the run's responses come from: sampled from each checkpoint (default), or the
+    trainer's own rollouts from a verl dump scored teacher-forced (docs/rollouts.md)."""
 
 
 #: The defaults of a run's keys (``runs.<run>``), from :class:`RunParams`.
-RUN_DEFAULTS: dict[str, Any] = RunParams().model_dump(exclude={"checkpoint_root"})
+RUN_DEFAULTS: dict[str, Any] = RunParams().model_dump(exclude={"checkpoint_root", "responses"})
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,8 @@ class RunSpec:
         embedded: materialise the embedded SmolLM2 into ``checkpoint_root`` when missing.
         steps_found: ``steps: all``: the steps were found on disk when the layout was read,
             not listed in the parameters.
+        responses: where its responses come from (``runs.<run>.responses``,
+            :class:`hed.config.responses_params.ResponsesParams`; default: sampling).
     """
 
     name: str
@@ -105,6 +112,7 @@ class RunSpec:
     steps: tuple[int, ...]
     embedded: bool = RUN_DEFAULTS["embedded"]
     steps_found: bool = False
+    responses: ResponsesParams = field(default_factory=ResponsesParams)
 
     @property
     def configured_steps(self) -> tuple[int, ...]:
@@ -206,6 +214,33 @@ def _parse_steps(name: str, steps: Any, root: str, embedded: bool) -> tuple[int,
     return tuple(sorted(parsed))
 
 
+def _dump_run_steps(name: str, root: str, responses: ResponsesParams) -> list[int]:
+    """``steps: all`` of a run scoring a verl dump: its dump steps whose generating checkpoint
+    is on disk (:func:`hed.decode.rollouts.generating_step`; verl saves every
+    ``save_freq`` steps, so most dump steps have none).
+
+    Raises:
+        ConfigError: no dump folder, or no dump step with its checkpoint.
+    """
+    from hed.decode.rollouts import generating_step
+
+    try:
+        steps = dump_steps(str(responses.path))
+        saved = set(discover_steps(root))
+    except (InputDataError, CheckpointError) as exc:
+        raise ConfigError(f"runs.{name}.steps is 'all' but {exc}") from None
+    first = 1 if responses.kind == "rollout" else 0
+    kept = [s for s in steps if s >= first and generating_step(s, responses.kind) in saved]
+    if not kept:
+        raise ConfigError(
+            f"runs.{name}.steps is 'all' but no dump step of {responses.path} (steps "
+            f"{steps[0]}…{steps[-1]}) has its generating checkpoint in {root} (saved: "
+            f"{sorted(saved)}); a {responses.kind} dump step s needs "
+            f"global_step_<{'s-1' if responses.kind == 'rollout' else 's'}>"
+        )
+    return kept
+
+
 def layout_from_params(params: dict[str, Any]) -> StudyLayout:
     """Build the layout from a Kedro parameters dictionary.
 
@@ -234,6 +269,9 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
             near = difflib.get_close_matches(str(name), others, n=1, cutoff=0.6)
             hint = f"; a new run needs one (did you mean run {near[0]}?)" if near else ""
             raise ConfigError(f"runs.{name}.checkpoint_root is missing{hint}")
+        responses = run.responses
+        if responses.from_dump and given == "all":
+            given = _dump_run_steps(str(name), str(root), responses)
         runs.append(
             RunSpec(
                 name=str(name),
@@ -241,7 +279,8 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
                 checkpoint_root=str(root),
                 steps=_parse_steps(name, given, str(root), embedded),
                 embedded=embedded,
-                steps_found=given == "all",
+                steps_found=run.steps == "all",
+                responses=responses,
             )
         )
     generation = params.get("generation")

@@ -120,3 +120,17 @@ def _dot_list_value(value: Any) -> str:
             return value
         return "'" + value.replace("'", "''") + "'"  # e.g. "4" or "4:5" stays a string
     return f"<{type(value).__name__} of this session: set it in conf/<env>/>"
+
+
+def mass_refresh_command() -> str:
+    """``kedro hed refresh-mass`` with this run's ``--env`` and ``--params``: the command that
+    brings the shards' word-start mass columns to the current lexicon without re-sampling
+    (:mod:`hed.io.mass_refresh`)."""
+    tokens = iter(shlex.split(update_command([]))[2:])  # after "kedro run"
+    kept: list[str] = []
+    for token in tokens:
+        if token in ("--env", "-e", "--params"):
+            kept += [token, next(tokens, "")]
+        elif token.startswith(("--env=", "--params=")):
+            kept.append(token)
+    return shlex.join(["kedro", "hed", "refresh-mass", *kept])

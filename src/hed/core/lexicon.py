@@ -3,16 +3,18 @@
 Configured as ``aggregation.lexicon`` (``conf/base/parameters_aggregation.yml``), an ordered
 mapping ``{category: [word, ...]}``. Words are matched against the lower-cased ``word`` of
 each token (docs/aggregation.md), so entries are lower-cased when read; a word listed under two
-categories takes the first category listed (docs/aggregation.md). The QAE paper (arXiv 2509.22611)
-did not publish its list; the default is HED's, built around the words it names ("wait",
-"perhaps" anthropomorphic; "so", "let" reasoning).
+categories takes the first category listed, with a warning naming it (docs/aggregation.md). The
+QAE paper (arXiv 2509.22611) did not publish its list; the default is HED's, built around the
+words it names ("wait", "perhaps" anthropomorphic; "so", "let" reasoning).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,8 @@ import pyarrow.compute as pc
 
 from hed.core.words import Words, is_letter
 from hed.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 #: Category of every word the lexicon does not list (and of tokens without letters).
 OTHER = "other"
@@ -79,6 +83,10 @@ def parse_lexicon(config: Any) -> Lexicon:
             ``other``; words are non-empty strings of letters (Unicode categories L/M),
             lower-cased here.
 
+    A word listed under two or more categories takes the first; one warning names each such
+    word and its categories (once per process for the same words: the lexicon is parsed by
+    every node that reads it).
+
     Raises:
         ConfigError: the mapping, a category name or an entry is invalid (one line naming it).
     """
@@ -88,6 +96,7 @@ def parse_lexicon(config: Any) -> Lexicon:
             f"got {type(config).__name__}: {config!r}"
         )
     words: dict[str, int] = {}
+    listed: dict[str, list[str]] = {}  # word -> every category listing it, in order
     categories = []
     for category, entries in config.items():
         where = f"aggregation.lexicon.{category}"
@@ -113,8 +122,25 @@ def parse_lexicon(config: Any) -> Lexicon:
                     "(words are letter runs, see docs/aggregation.md)"
                 )
             words.setdefault(word, len(categories) - 1)  # first category listed wins
+            if category not in listed.setdefault(word, []):
+                listed[word].append(category)
+    twice = tuple((word, tuple(cats)) for word, cats in listed.items() if len(cats) > 1)
+    if twice:
+        _warn_listed_twice(twice)
     return Lexicon(
         categories=(*categories, OTHER),
         words=tuple(words),
         word_categories=tuple(words.values()),
+    )
+
+
+@cache
+def _warn_listed_twice(twice: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
+    """One warning for the words listed under several categories (cached: once per set)."""
+    named = "; ".join(f"{word!r} under {', '.join(cats)}" for word, cats in twice)
+    logger.warning(
+        "aggregation.lexicon lists %d word(s) under more than one category: %s; each counts "
+        "under the first listed only (remove it from the others to say so)",
+        len(twice),
+        named,
     )

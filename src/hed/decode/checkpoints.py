@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from hed.errors import CheckpointError
 from hed.records.atomic_io import atomic_folder
+
+logger = logging.getLogger(__name__)
 
 #: Model folders inside ``global_step_<N>``, in the order they are tried.
 MODEL_SUBDIRS = ("actor_hf", "actor/huggingface")
@@ -225,6 +229,59 @@ def checkpoint_fingerprint(model_dir: str | Path) -> dict[str, str]:
         "weights_index_sha256": weights_hash,
         "weights_xxh3_128": xxhash.xxh3_128_hexdigest(json.dumps(content).encode()),
     }
+
+
+_CONTENT_KEYS = ("config_sha256", "weights_index_sha256", "weights_xxh3_128")
+
+
+def identical_checkpoints(
+    fingerprints: Mapping[str, Mapping[Any, Mapping[str, str]]],
+) -> list[list[tuple[str, int]]]:
+    """The (run, step) pairs whose checkpoints are byte-identical, grouped.
+
+    Args:
+        fingerprints: ``{run: {step: fingerprint}}`` (:func:`checkpoint_fingerprint`; steps as
+            int or str, as in the ``checkpoints`` dataset).
+
+    Returns:
+        Each group of two or more ``(run, step)`` with equal ``config_sha256``,
+        ``weights_index_sha256`` and ``weights_xxh3_128``, in the order given.
+    """
+    groups: dict[tuple[str, ...], list[tuple[str, int]]] = {}
+    for run, steps in fingerprints.items():
+        for step, fingerprint in steps.items():
+            key = tuple(str(fingerprint.get(k)) for k in _CONTENT_KEYS)
+            groups.setdefault(key, []).append((run, int(step)))
+    return [group for group in groups.values() if len(group) > 1]
+
+
+def warn_identical_checkpoints(fingerprints: Mapping[str, Mapping[Any, Mapping[str, str]]]) -> None:
+    """One warning naming the runs/steps whose checkpoints are byte-identical.
+
+    Their tables would be identical (the same model sampled twice): a step folder copied or
+    linked where another was meant, or a run pointed at another's ``checkpoint_root``. Runs
+    that share only their first step (one base model every run starts from: the same step,
+    the first of each run) are expected and only logged (info).
+
+    Args:
+        fingerprints: as :func:`identical_checkpoints`.
+    """
+    first = {run: min((int(s) for s in steps), default=None) for run, steps in fingerprints.items()}
+    odd, shared_start = [], []
+    for group in identical_checkpoints(fingerprints):
+        steps = {step for _, step in group}
+        runs = [run for run, _ in group]
+        start = len(steps) == 1 and len(set(runs)) == len(runs)
+        start = start and all(first[run] == step for run, step in group)
+        (shared_start if start else odd).append(", ".join(f"{r} step {s}" for r, s in group))
+    if shared_start:
+        logger.info("runs start from the same checkpoint: %s", "; ".join(shared_start))
+    if odd:
+        logger.warning(
+            "byte-identical checkpoints (same config.json and weights): %s; their tables "
+            "would be identical: check checkpoint_root and steps of these runs",
+            "; ".join(f"[{text}]" for text in odd),
+        )
 
 
 def vocabulary_of(model_dir: str | Path) -> dict[str, Any]:

@@ -56,12 +56,17 @@ def require_config(model_dir: str | Path) -> Path:
 
 
 def torch_device(torch_threads: int | None = None) -> str:
-    """``cuda`` when torch sees a GPU, else ``cpu``; sets torch's CPU threads first when
-    ``torch_threads`` is set (None or 0: torch's default)."""
+    """``cuda`` when torch sees a GPU, else ``cpu``; sets torch's CPU threads first:
+    ``torch_threads`` when set, else (None or 0) torch's default lowered to the CPUs this
+    process may use (:func:`hed.core.cpus.cap_torch_threads`: affinity and cgroup quota)."""
     import torch
+
+    from hed.core.cpus import cap_torch_threads
 
     if torch_threads:
         torch.set_num_threads(int(torch_threads))
+    else:
+        cap_torch_threads()
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 

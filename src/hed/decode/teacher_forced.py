@@ -13,7 +13,11 @@ and HED keeps:
   (int32): 0 = the response token is the most probable one; tokens tied with it do not count,
   so ties share the best rank;
 * ``topk_token_ids`` / ``topk_probs``: the ``k`` most probable tokens, most probable first
-  (``torch.topk`` order; ``k`` = ``top_prob_k``).
+  (``torch.topk`` order; ``k`` = ``top_prob_k``);
+* with ``mass_ids`` given, ``mass``: per category the word-start mass
+  ``Σ_{i ∈ S_c} p_i`` (:func:`hed.core.propensity.category_mass`), the token records'
+  ``anthropomorphic_mass`` / ``reasoning_mass`` of another lexicon without re-sampling
+  (:mod:`hed.decode.mass_refresh`).
 
 Memory: the transformer body runs once per batch of responses (``(B, L, H)`` hidden states);
 the response positions are then gathered and pushed through the LM head
@@ -38,8 +42,8 @@ the output projection only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -51,6 +55,7 @@ from hed.core.entropy import (
     token_distribution_stats,
     token_logprobs,
 )
+from hed.core.propensity import category_mass
 from hed.decode.types import CONSISTENCY_TOLERANCE_NATS, ResponseToScore  # noqa: F401 - re-exported
 from hed.errors import CheckpointError, InputDataError
 
@@ -70,6 +75,8 @@ class ScoredResponse:
         rank: ``(n,)`` int32 entries with a strictly larger probability (0 = most probable).
         topk_token_ids: ``(n, k)`` int32 most probable tokens, most probable first.
         topk_probs: ``(n, k)`` float32 their probabilities.
+        mass: ``{category: (n,) float32}`` word-start mass per position (only when
+            :func:`score_responses` was given ``mass_ids``).
     """
 
     prompt_index: int
@@ -80,6 +87,7 @@ class ScoredResponse:
     rank: np.ndarray
     topk_token_ids: np.ndarray
     topk_probs: np.ndarray
+    mass: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def check_plain_lm_head(model) -> None:
@@ -108,6 +116,7 @@ def score_responses(
     batch_size: int = 4,
     chunk_positions: int = DEFAULT_CHUNK_SIZE,
     pad_token_id: int = 0,
+    mass_ids: Mapping[str, np.ndarray] | None = None,
 ) -> Iterator[ScoredResponse]:
     """Score ``responses`` teacher-forced; yield one :class:`ScoredResponse` each, in order.
 
@@ -124,6 +133,8 @@ def score_responses(
         batch_size: responses per forward pass.
         chunk_positions: positions per LM-head chunk (bounds the ``(chunk, V)`` temporaries).
         pad_token_id: id written into padding (masked, never scored).
+        mass_ids: ``{category: word-start token ids}``
+            (:func:`hed.core.propensity.tokenizer_word_start_ids`); None: no ``mass``.
 
     Yields:
         :class:`ScoredResponse` per response, in the order given.
@@ -153,6 +164,10 @@ def score_responses(
             chunk_positions=chunk_positions,
             pad_token_id=pad_token_id,
             device=device,
+            mass_ids={
+                name: torch.as_tensor(np.asarray(ids, dtype=np.int64), device=device)
+                for name, ids in (mass_ids or {}).items()
+            },
         )
 
 
@@ -180,6 +195,7 @@ def _score_batch(
     chunk_positions: int,
     pad_token_id: int,
     device: torch.device,
+    mass_ids: Mapping[str, torch.Tensor],
 ) -> list[ScoredResponse]:
     """Scores of one batch (see :func:`score_responses`)."""
     inputs = [list(item.prompt_ids) + [int(t) for t in item.response_ids[:-1]] for item in batch]
@@ -221,6 +237,7 @@ def _score_batch(
             "rank": torch.empty(m, dtype=torch.int32, device=device),
             "topk_ids": torch.empty((m, k), dtype=torch.int32, device=device),
             "topk_probs": torch.empty((m, k), dtype=torch.float32, device=device),
+            **{f"mass:{n}": torch.empty(m, dtype=torch.float32, device=device) for n in mass_ids},
         }
         for begin in range(0, m, chunk_positions):
             rows_ = slice(begin, min(begin + chunk_positions, m))
@@ -235,6 +252,8 @@ def _score_batch(
             host["rank"][rows_] = token_ranks(logits, target, temperature)
             host["topk_ids"][rows_] = stats.topk_ids
             host["topk_probs"][rows_] = stats.topk_probs
+            for name, ids in mass_ids.items():
+                host[f"mass:{name}"][rows_] = category_mass(logits, stats.log_z, ids, temperature)
             del logits, stats
         host = {name: values.cpu().numpy() for name, values in host.items()}
     scored, offset = [], 0
@@ -252,6 +271,7 @@ def _score_batch(
                 rank=_part(host["rank"], cut, np.int32),
                 topk_token_ids=_part(host["topk_ids"], cut, np.int32),
                 topk_probs=_part(host["topk_probs"], cut, np.float32),
+                mass={n: _part(host[f"mass:{n}"], cut, np.float32) for n in mass_ids},
             )
         )
     return scored

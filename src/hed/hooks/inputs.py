@@ -17,6 +17,7 @@ from hed.config.preflight import parsed_sections
 from hed.core.command_line import update_command
 from hed.hooks.project import session_data_root
 from hed.io.freshness import Freshness, StaleInputError
+from hed.io.mass_refresh import check_mass_lexicon
 from hed.io.missing_inputs import (
     check_inputs_exist,
     outputs_of,
@@ -74,6 +75,7 @@ class InputHooks:
         self._fresh = Freshness(root)
         self._catalog = catalog
         self._parameters = catalog.load("parameters")
+        check_mass_lexicon(pipeline, catalog, self._parameters)  # strict: before staleness
         asked = run_params.get("pipeline_names") or []
         env, runtime = run_params.get("env"), run_params.get("runtime_params")
         built: dict[str, Any] = {}  # the project's pipelines, built once when a check fails

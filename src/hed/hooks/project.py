@@ -27,6 +27,7 @@ from hed.config.preflight import check_reused_shards, hand_to_nodes, parsed_sect
 from hed.errors import ConfigError
 from hed.io import run_lock
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
+from hed.io.publishing import published_by_run
 from hed.pass1.credentials import export_wandb_api_key
 from hed.records.object_store import make_dataset_writes_atomic
 from hed.runners.executor import RunInterruptedError
@@ -158,7 +159,6 @@ _ANNOUNCED = {
     "figure2_single_run_diagnostic",
     "figure3_table",
     "resolved_config",
-    "final_artifacts",
 }
 
 
@@ -196,7 +196,8 @@ class ProvenanceHooks:
         Versioned outputs sit in timestamped folders (``<file>/<version>/<file>``); the summary
         names the version each one loads now, so nothing has to be looked up. Only files this
         run wrote are listed (:func:`written_by_run`): a run whose nodes were all skipped
-        (``--only-missing-outputs`` with every output present) says "nothing written".
+        (``--only-missing-outputs`` with every output present) says "nothing written". A
+        publish run lists what it published (:func:`hed.io.publishing.published_by_run`).
         """
         announced = [
             name
@@ -212,18 +213,21 @@ class ProvenanceHooks:
             for name in announced
             if (path := written_by_run(catalog, name, run_params.get("run_id")))
         ]
+        published = published_by_run(catalog, pipeline.all_outputs(), run_params.get("run_id"))
+        if published:
+            logger.info("Run summary: published\n  %s", "\n  ".join(published))
         if written:
             logger.info(
                 "Run summary: %d figure(s) and table(s) written; current files:\n  %s",
                 len(written),
                 "\n  ".join(written),
             )
-        elif announced:
+        elif announced and not published:
             logger.info(
                 "Run summary: nothing written (no figure or table of this pipeline was "
                 "(re)computed; the current files are those of an earlier run)"
             )
-        else:  # a pipeline without tables or figures (generation): its records
+        elif not published:  # a pipeline without tables or figures (generation): its records
             _summarise_records(pipeline, catalog, run_params.get("run_id"))
         for line in mismatched_figures(catalog, set(announced)):
             logger.warning("Run summary: %s", line)

@@ -16,12 +16,20 @@ Example catalog entry::
 from __future__ import annotations
 
 import json
+import logging
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 from kedro.io.core import AbstractDataset, DatasetError
 
 from hed.records.atomic_io import atomic_path
+
+logger = logging.getLogger(__name__)
+
+#: A W&B run's local folder: ``offline-run-<time>-<id>`` or ``run-<time>-<id>``.
+_RUN_FOLDER_RE = re.compile(r"^(offline-)?run-\d{8}_\d{6}-[A-Za-z0-9_-]+$")
 
 
 class _ReceiptDataset(AbstractDataset[dict[str, Any], dict[str, Any]]):
@@ -63,12 +71,45 @@ class _ReceiptDataset(AbstractDataset[dict[str, Any], dict[str, Any]]):
 
 
 class WandbRunDataset(_ReceiptDataset):
-    """Saving logs the study to a W&B run (:func:`hed.io.wandb_publish.log_study`)."""
+    """Saving logs the study to a W&B run (:func:`hed.io.wandb_publish.log_study`).
+
+    While a run is open its local folder is noted in ``<receipt>.attempt.json`` beside the
+    receipt; a publish killed before the receipt leaves that note, and the next save removes
+    the folder it names (a W&B run folder of that killed attempt, holding no study) and lists
+    it in the receipt under ``removed_attempts``.
+    """
+
+    @property
+    def _attempt(self) -> Path:
+        return self._filepath.with_name(f"{self._filepath.stem}.attempt.json")
 
     def _publish(self, data: dict[str, Any]) -> dict[str, Any]:
         from hed.io.wandb_publish import log_study
 
-        return log_study(data["bundle"], data["settings"])
+        removed = self._remove_killed_attempt()
+
+        def note(run_dir: str) -> None:
+            self._attempt.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(self._attempt) as temp:
+                temp.write_text(json.dumps({"run_dir": run_dir}) + "\n", encoding="utf-8")
+
+        result = log_study(data["bundle"], data["settings"], on_open=note)
+        self._attempt.unlink(missing_ok=True)
+        return {**result, "removed_attempts": removed}
+
+    def _remove_killed_attempt(self) -> list[str]:
+        """Remove the W&B run folder an earlier, killed save noted; return it (or [])."""
+        try:
+            run_dir = Path(json.loads(self._attempt.read_text(encoding="utf-8"))["run_dir"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+        if not (_RUN_FOLDER_RE.match(run_dir.name) and run_dir.is_dir()):
+            self._attempt.unlink(missing_ok=True)
+            return []
+        shutil.rmtree(run_dir)
+        self._attempt.unlink(missing_ok=True)
+        logger.info("W&B: removed %s, the run folder of a publish that was killed", run_dir)
+        return [str(run_dir)]
 
 
 class HubCommitDataset(_ReceiptDataset):

@@ -196,3 +196,70 @@ def _resolve(project: Path, path: str) -> Path | str:
         return path
     candidate = Path(path)
     return candidate if candidate.is_absolute() else project / candidate
+
+
+#: The outputs of the ``publish`` pipeline that the run summary lists (:func:`published_by_run`).
+PUBLICATIONS = ("final_artifacts", "wandb_publication", "hub_publication")
+
+
+def published_by_run(catalog: Any, outputs: set[str], run_id: str | None) -> list[str]:
+    """What a ``publish`` run wrote, one line each, for the run summary.
+
+    The artifacts folder ``results/final_artifacts/<env>`` (its ``MANIFEST.json`` written by
+    this run), the W&B run folder (or URL) and its receipt, a killed attempt's W&B folder the
+    run removed, the Hub commit and its receipt. Written by this run: modified after the run
+    started (Kedro's run id is its start time, ``VERSION_FORMAT``).
+
+    Args:
+        catalog: the run's catalog. outputs: the pipeline's outputs. run_id: the session id.
+
+    Returns:
+        The lines, empty when the run published nothing (or is not a publish run).
+    """
+    from datetime import UTC, datetime
+
+    from kedro.io.core import VERSION_FORMAT
+
+    from hed.io.provenance import describe_dataset
+
+    try:
+        started = datetime.strptime(str(run_id), VERSION_FORMAT).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return []
+
+    def fresh(path: Path) -> bool:
+        try:
+            return path.stat().st_mtime >= started
+        except OSError:
+            return False
+
+    lines = []
+    for name in (n for n in PUBLICATIONS if n in outputs):
+        filepath = describe_dataset(catalog, name).get("filepath")
+        if not filepath:
+            continue
+        path = Path(filepath)
+        if name == "final_artifacts":
+            for env, manifest in published_manifests(path).items():
+                if fresh(path / env / MANIFEST):
+                    n_files = len(manifest.get("files") or {})
+                    lines.append(f"artifacts folder {path / env} ({n_files} file(s) + {MANIFEST})")
+            continue
+        if not fresh(path):
+            continue
+        try:
+            receipt = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if name == "wandb_publication":
+            run_dir = receipt.get("run_dir")
+            where = receipt.get("url") or f"upload it with `wandb sync {run_dir}`"
+            lines.append(f"W&B {receipt.get('mode', '')} run folder {run_dir} ({where})")
+            lines.extend(
+                f"removed {folder} (the W&B run folder of a publish that was killed)"
+                for folder in receipt.get("removed_attempts") or []
+            )
+        else:
+            lines.append(f"Hub commit {receipt.get('commit_url')}")
+        lines.append(f"receipt {path}")
+    return lines

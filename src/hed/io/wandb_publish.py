@@ -166,6 +166,7 @@ def log_study(
     settings: WandbPublishParams,
     *,
     login_check: Callable[[], Any] | None = None,
+    on_open: Callable[[str], Any] | None = None,
 ) -> dict[str, Any]:
     """Log ``bundle`` to one W&B run (see the module docstring for what goes where).
 
@@ -174,6 +175,9 @@ def log_study(
         settings: ``publish.wandb``.
         login_check: called before the run opens when online (default
             :func:`check_wandb_login`).
+        on_open: called with the run's local folder (``.../wandb/<offline-run|run>-<time>-<id>``)
+            as soon as the run is open, before anything is logged (the receipt dataset notes
+            it, to clear it away if this attempt is killed).
 
     Returns:
         ``{"mode", "run_id", "run_path", "url", "run_dir", "artifact"}``; ``url`` is ``None``
@@ -208,6 +212,8 @@ def log_study(
         reinit="create_new",
         settings=wandb.Settings(console="off", save_code=False, x_disable_stats=True),
     )
+    if on_open is not None:
+        on_open(str(Path(run.dir).parent))
     try:
         with tempfile.TemporaryDirectory(prefix="hed-publish-") as scratch:
             manifest_file = Path(scratch) / MANIFEST_NAME

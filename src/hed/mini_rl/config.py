@@ -32,6 +32,7 @@ from hed.config.params import positive_int
 from hed.config.prompt_params import PromptsParams
 from hed.errors import ConfigError
 from hed.mini_rl.reward import grader
+from hed.mini_rl.shaping import SHAPING_KEY, ShapingSpec, shaping_spec
 
 #: Bumped when the layout of what a training run writes changes (forces a retrain).
 FORMAT_VERSION = 1
@@ -98,6 +99,8 @@ class TrainingSpec:
         prompt_params: the rendering keys of ``params:prompts`` (:data:`PROMPT_KEYS`).
         task: ``mini_rl.task``, the keys as written (the fingerprint hashes them).
         reward: grader of the reward and the validation (:data:`hed.mini_rl.reward.GRADERS`).
+        advantage_shaping: the run's per-token advantage shaping (``advantage_shaping`` of
+            the run; None: TRL's own advantage; :mod:`hed.mini_rl.shaping`).
     """
 
     run: str
@@ -115,6 +118,7 @@ class TrainingSpec:
     prompt_params: Mapping[str, Any]
     task: Mapping[str, Any]
     reward: str = DEFAULT_REWARD
+    advantage_shaping: ShapingSpec | None = None
 
     @property
     def max_steps(self) -> int:
@@ -145,6 +149,8 @@ class TrainingSpec:
             "data": data_hash,
             "base_model": base_model_id,
         }
+        if self.advantage_shaping is not None:  # absent: the fingerprints of before stay valid
+            payload["advantage_shaping"] = self.advantage_shaping.as_dict()
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -208,6 +214,7 @@ def training_specs(
             )
         merged = {**params.training, **overrides}
         save_every = merged.pop("save_every", None)
+        shaping = shaping_spec(merged.pop(SHAPING_KEY, None), f"{where}.{SHAPING_KEY}")
         _check_trainer_args(where, merged, known)
         schedule = checkpoint_schedule(merged.get("max_steps"), save_every)
         steps = configured_steps(runs, name)  # none for `steps: all`
@@ -236,6 +243,7 @@ def training_specs(
                 prompt_params=prompt,
                 task=params.task.model_dump(mode="json", exclude_unset=True) if params.task else {},
                 reward=params.reward,
+                advantage_shaping=shaping,
             )
         )
     return specs

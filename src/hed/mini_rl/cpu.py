@@ -14,15 +14,15 @@ import os
 import time
 from pathlib import Path
 
+from hed.core.cpus import allowed_cpus
+
 _PROC_STAT = Path("/proc/stat")
 
 
 def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    """Cores this process may run on: its CPU affinity and cgroup quota
+    (:func:`hed.core.cpus.allowed_cpus`)."""
+    return allowed_cpus()
 
 
 def _busy_and_total_seconds() -> tuple[float, float] | None:

@@ -50,6 +50,7 @@ from hed.mini_rl.manifest import (
     write_manifest,
 )
 from hed.mini_rl.reward import correctness_reward, grader
+from hed.mini_rl.rollout_dump import ROLLOUT_FOLDER, RolloutDumper
 from hed.mini_rl.validation import ValidationResult, greedy_validation
 from hed.mini_rl.wandb_offline import offline_run_folder, offline_wandb_run
 
@@ -67,6 +68,8 @@ TRAIN_LOG_KEYS = (
     "completions/mean_length",
     "learning_rate",
     "grad_norm",
+    "entropy_coef",
+    "shaped_advantage/mean",
 )
 
 
@@ -260,9 +263,22 @@ def train_run(
                 args = GRPOConfig(
                     output_dir=output_dir, run_name=spec.run, **dict(spec.trainer_args)
                 )
-                trainer = GRPOTrainer(
+                trainer_class, shaping = GRPOTrainer, {}
+                if spec.advantage_shaping is not None:  # entropy advantage / GTPO: TRL lacks them
+                    from hed.mini_rl.shaped_trainer import ShapedGRPOTrainer
+
+                    trainer_class = ShapedGRPOTrainer
+                    shaping = {"shaping": spec.advantage_shaping}
+                trainer = trainer_class(
+                    **shaping,
                     model=model,
-                    reward_funcs=[correctness_reward(spec.reward)],
+                    reward_funcs=[  # also dumped as verl's rollouts (docs/rollouts.md)
+                        RolloutDumper(
+                            correctness_reward(spec.reward),
+                            Path(spec.checkpoint_root) / ROLLOUT_FOLDER,
+                            tokenizer,
+                        )
+                    ],
                     args=args,
                     train_dataset=dataset,
                     processing_class=tokenizer,
@@ -287,6 +303,11 @@ def train_run(
         "wandb_step_key": STEP_KEY,
         "train_log": trainer_log_rows(trainer.state.log_history),
         "trainer_args": dict(spec.trainer_args),
+        **(
+            {"advantage_shaping": spec.advantage_shaping.as_dict()}
+            if spec.advantage_shaping is not None
+            else {}
+        ),
         "wall_time_s": round(time.monotonic() - started, 1),
         "torch_threads": spec.torch_threads
         or {"start": threads, "by_step": budget.threads_by_step},

@@ -3,9 +3,10 @@
 Only rows that carry the metric key count (no forward fill, NaN values dropped); the step is the
 value of the step key in *the same row* (default ``training/global_step``), or W&B's own
 ``_step`` when no metric row has the step key (said in the log), or for a row without it when
-``_step`` equals the step key wherever both are logged (verl's step-0 validation). A step logged
-twice keeps the value logged last, with a warning. A *history* is ``step, pass1, wandb_step,
-metric_key, step_key`` in logged order, duplicates kept (:data:`HISTORY_COLUMNS`).
+``_step`` equals the step key wherever both are logged (verl's step-0 validation). A *history* is
+``step, pass1, wandb_step, metric_key, step_key`` in logged order (:data:`HISTORY_COLUMNS`);
+both sources then keep the value logged last of a step logged twice, with one warning
+(:func:`keep_last_logged`: a resumed run).
 """
 
 from __future__ import annotations
@@ -201,6 +202,32 @@ def history_from_rows(
     table = pd.DataFrame.from_records(records, columns=HISTORY_COLUMNS).astype(_HISTORY_DTYPES)
     check_pass1_range(table, where=f"{where}, key {metric_key}", hint=_WANDB_RANGE_HINT)
     return table
+
+
+def keep_last_logged(history: pd.DataFrame, *, where: str) -> pd.DataFrame:
+    """Keep the value logged last of each step, as W&B's resume semantics say.
+
+    A run resumed from a checkpoint re-logs the steps after it (online: the same run's
+    ``scan_history``; offline: its attempts' folders read oldest first), so a step's later
+    value supersedes the earlier one. One warning names the steps logged more than once.
+
+    Args:
+        history: a history (:data:`HISTORY_COLUMNS`) in logged order.
+        where: the run, as named in the warning.
+
+    Returns:
+        The history without the earlier rows of a repeated step, otherwise in logged order.
+    """
+    repeated = history["step"][history["step"].duplicated()].unique().tolist()
+    if not repeated:
+        return history
+    logger.warning(
+        "%s: step(s) %s logged more than once (a resumed run re-logs the steps after its "
+        "checkpoint); the value logged last is kept",
+        where,
+        shown_items(sorted(repeated), MAX_STEPS_SHOWN),
+    )
+    return history.drop_duplicates("step", keep="last").reset_index(drop=True)
 
 
 #: pass@1 scales a CSV source accepts (``scale``): fraction in [0, 1], percent in [0, 100].

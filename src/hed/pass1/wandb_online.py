@@ -23,6 +23,7 @@ from hed.pass1.history import (
     MAX_KEYS_SHOWN,
     WANDB_STEP,
     history_from_rows,
+    keep_last_logged,
     shown_items,
 )
 
@@ -214,7 +215,8 @@ def read_wandb_history(
     gives every row carrying the metric (W&B returns only rows holding all requested keys),
     ``keys=[metric, step_key, _step]`` the step key of those rows that have it; they are
     joined on ``_step`` and go through :func:`history_from_rows` (which also recovers verl's
-    step-0 validation row, logged without the step key).
+    step-0 validation row, logged without the step key). A step logged twice (a resumed run
+    re-logs the steps after its checkpoint) keeps the value logged last, with one warning.
 
     Args:
         run: ``entity/project/run_id``, a run URL, or a :class:`WandbRunRef` (which may name
@@ -254,6 +256,7 @@ def read_wandb_history(
         for row in metric_rows
     ]
     known = _summary_keys(found) if not metric_rows else None
-    return history_from_rows(
+    history = history_from_rows(
         rows, metric_key=metric_key, step_key=step_key, where=where, known_keys=known
     )
+    return keep_last_logged(history, where=where)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,12 @@ from hed.records.shard_keys import (  # noqa: F401 - check_response_keys, exampl
     raise_bad_entropy,
     scan_record_keys,
 )
-from hed.records.shard_metadata import GENERATION_METADATA_KEY, stale_field, stale_lexicon
+from hed.records.shard_metadata import (
+    GENERATION_METADATA_KEY,
+    WORD_MASS_METADATA_KEY,
+    mass_lexicon_sha256,
+    stale_field,
+)
 
 _SHARD_FILE = re.compile(r"^shard_\d+(\.sequences)?\.parquet$")
 
@@ -67,21 +74,31 @@ def checked_responses(
         InputDataError: a stale shard (names the file, the field, the recorded and the current
             value and the fix), shards generated with different dtypes, a missing or
             unexpected extra shard, a duplicated prompt, a response in the wrong shard, a
-            missing, duplicated or unexpected response, a missing column.
+            missing, duplicated or unexpected response, a missing column. Shards scored from a
+            trainer's dump (``source: verl_dump`` in their metadata) hold the responses the
+            dump has, so no response is expected of every prompt × samples_per_prompt.
     """
     label = f"{run}.step_{step}"
     check_shard_count(shard_sequences, num_shards, label, "sequences")
     dtypes: dict[str, str] = {}
     frames = []
+    from_dump = True
     for shard, dataset in enumerate(shard_sequences):
         recorded = check_generation_metadata(dataset, shard, num_shards, run, step, current=current)
         check_same_dtype(dtypes, recorded, dataset_source(dataset), label)
+        from_dump = from_dump and recorded.get("source") == "verl_dump"
         table = read_table(dataset, SEQUENCE_SCHEMA)
         frames.append(table.to_pandas().assign(_shard=shard))
     frame = pd.concat(frames, ignore_index=True)
     sources = [dataset_source(d) for d in shard_sequences]
     check_response_keys(
-        frame, current.prompts, num_shards=num_shards, samples=samples, sources=sources, label=label
+        frame,
+        current.prompts,
+        num_shards=num_shards,
+        samples=samples,
+        sources=sources,
+        label=label,
+        every_sample=not from_dump,
     )
     return (
         frame.sort_values(["prompt_index", "sample_index"])
@@ -289,40 +306,65 @@ def check_generation_metadata(
     if stale is not None:
         raise InputDataError(
             f"{source}: stale shard: {stale.field} was {stale.recorded} when it was generated "
-            f"but is {stale.current} now; delete {shard_folder(source)}/ and rerun generation "
-            f"(`{regenerate_command()}`), or {stale.restore}"
+            f"but is {stale.current} now; regenerate the shards with `{regenerate_command()}` "
+            f"(to regenerate this step only: delete {shard_folder(source)}/ and run generation "
+            f"with --only-missing-outputs), or {stale.restore}"
         )
     return meta
 
 
 def regenerate_command() -> str:
     """This run's ``kedro run`` line (its ``--env``, ``--params``, ``--runner`` kept) with
-    generation added and ``--only-missing-outputs``: it regenerates the deleted shards only."""
-    command = update_command(["generation"])
-    return command if "--only-missing-outputs" in command else f"{command} --only-missing-outputs"
+    generation added and ``--only-missing-outputs`` dropped: run as printed it regenerates every
+    shard and then runs what the user asked for (with ``--only-missing-outputs`` it would reuse
+    the stale shards and be refused by the pre-run check)."""
+    tokens = shlex.split(update_command(["generation"]))
+    return shlex.join([t for t in tokens if t != "--only-missing-outputs"])
 
 
-def check_lexicon_current(dataset: ds.Dataset, lexicon: Any) -> None:
-    """A shard's word-start mass columns were computed with ``lexicon``
-    (:func:`hed.records.shard_metadata.stale_lexicon`).
+def shards_mass_lexicon(datasets: Iterable[ds.Dataset]) -> str | None:
+    """The lexicon digest the step's shards computed their mass columns with.
 
-    Raises:
-        InputDataError: they were computed with another lexicon (one line: the file, both
-            digests and the fix).
+    A lexicon change does not make a shard stale (words and categories are post-hoc): the
+    digest travels into the merged records (:func:`mass_metadata`), where what reads the mass
+    columns compares it with the current lexicon.
+
+    Args:
+        datasets: the step's shard token records.
+
+    Returns:
+        ``word_mass.lexicon_sha256`` shared by every shard (64 hex digits); ``"mixed"`` when
+        shards recorded different ones; None when none recorded one (no mass columns).
     """
-    raw = (dataset.schema.metadata or {}).get(GENERATION_METADATA_KEY)
-    try:
-        meta = json.loads(raw) if raw is not None else {}
-    except ValueError:
-        meta = {}
-    stale = stale_lexicon(meta, lexicon) if isinstance(meta, dict) else None
-    if stale is not None:
-        source = dataset_source(dataset)
-        raise InputDataError(
-            f"{source}: stale shard: {stale.field} was {stale.recorded} when it was generated "
-            f"but is {stale.current} now; delete {shard_folder(source)}/ and rerun generation "
-            f"(`{regenerate_command()}`), or {stale.restore}"
-        )
+    digests = set()
+    for dataset in datasets:
+        raw = (dataset.schema.metadata or {}).get(GENERATION_METADATA_KEY)
+        try:
+            meta = json.loads(raw) if raw is not None else {}
+        except ValueError:
+            meta = {}
+        digests.add(mass_lexicon_sha256(meta) if isinstance(meta, dict) else None)
+    digests.discard(None)
+    return None if not digests else digests.pop() if len(digests) == 1 else "mixed"
+
+
+def mass_metadata(digest: str | None) -> dict[bytes, bytes]:
+    """The merged records' key-value metadata naming the lexicon of their mass columns
+    (:data:`hed.records.shard_metadata.WORD_MASS_METADATA_KEY`)."""
+    return {WORD_MASS_METADATA_KEY: json.dumps({"word_mass": {"lexicon_sha256": digest}}).encode()}
+
+
+def records_mass_lexicon(dataset: ds.Dataset) -> str | None:
+    """The lexicon digest of a merged (or shard) file's mass columns, None when not recorded."""
+    metadata = dataset.schema.metadata or {}
+    for key in (WORD_MASS_METADATA_KEY, GENERATION_METADATA_KEY):
+        try:
+            meta = json.loads(metadata[key]) if key in metadata else None
+        except ValueError:
+            meta = None
+        if isinstance(meta, dict):
+            return mass_lexicon_sha256(meta)
+    return None
 
 
 def check_same_dtype(dtypes: dict[str, str], meta: dict[str, Any], source: str, label: str) -> None:

@@ -42,8 +42,13 @@ def check_response_keys(
     samples: int,
     sources: list[str],
     label: str,
+    every_sample: bool = True,
 ) -> None:
-    """Coverage of (prompt_index, sample_index) over the shards; raise on the first problem."""
+    """Coverage of (prompt_index, sample_index) over the shards; raise on the first problem.
+
+    ``every_sample`` false (a trainer's dump): a prompt may have any number of responses or
+    none, so neither ``sample_index < samples`` nor completeness is required.
+    """
     # a prompt in more than one shard
     shards_per_prompt = frame.groupby("prompt_index")["_shard"].unique()
     duplicated = shards_per_prompt[shards_per_prompt.map(len) > 1]
@@ -83,7 +88,7 @@ def check_response_keys(
     expected_prompts = np.sort(prompts["prompt_index"].to_numpy().astype(np.int64))
     unexpected = frame[
         ~frame["prompt_index"].isin(expected_prompts)
-        | (frame["sample_index"] >= samples)
+        | ((frame["sample_index"] >= samples) & every_sample)
         | (frame["sample_index"] < 0)
     ]
     if len(unexpected):
@@ -95,6 +100,8 @@ def check_response_keys(
             f"({len(expected_prompts)} prompts) "
             f"× samples_per_prompt ({samples})"
         )
+    if not every_sample:
+        return
     present = set(
         zip(frame["prompt_index"].astype(int), frame["sample_index"].astype(int), strict=True)
     )

@@ -23,9 +23,6 @@ Compared — they change which tokens are sampled or what a record holds:
 * the prompt set: the shard's prompt ids (a prompt id hashes the prompt text, so
   ``prompts.num_prompts``, ``prompts.seed``, ``instruction_suffix``, ``prompt_columns`` and
   the prompt file itself are all covered);
-* the lexicon (``aggregation.lexicon``, as ``word_mass.lexicon_sha256``): the records'
-  ``anthropomorphic_mass`` / ``reasoning_mass`` are sums over its words' word-start ids
-  (compared when the step is merged, :func:`stale_lexicon`).
 
 Not compared — recorded for the audit trail only:
 
@@ -40,6 +37,12 @@ Not compared — recorded for the audit trail only:
   ``max_model_len``, ``max_num_seqs``, eager mode and prefix caching change only speed).
 * ``generation.num_shards``, ``run``, ``step`` and ``shard`` are checked separately (the
   shard's place in the step).
+* the lexicon (``aggregation.lexicon``, as ``word_mass.lexicon_sha256``): words and
+  categories are post-hoc, so a lexicon change never makes a shard stale. The digest says
+  which lexicon the records' ``anthropomorphic_mass`` / ``reasoning_mass`` (sums over its
+  words' word-start ids) were computed with; the merge carries it into the merged records
+  (:data:`WORD_MASS_METADATA_KEY`), and what reads the mass columns compares it with the
+  current lexicon (:func:`hed.analysis.hedging_propensity.step_hedging_propensity`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ from hed.errors import HEDError
 
 #: Parquet key-value metadata key holding the generation parameters of a shard file.
 GENERATION_METADATA_KEY = b"hed.generation"
+#: Parquet key-value metadata key of merged token records: ``{"word_mass": {"lexicon_sha256":
+#: <digest or null>}}``, the lexicon their mass columns were computed with (from the shards).
+WORD_MASS_METADATA_KEY = b"hed.word_mass"
 
 #: ``generation`` parameters compared, with their defaults: the one table of these defaults
 #: (:class:`hed.decode.types.SamplingParams` takes its field defaults from it).
@@ -176,25 +182,11 @@ def lexicon_sha256(lexicon: Any) -> str:
     return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()
 
 
-def stale_lexicon(recorded: dict[str, Any], lexicon: Any) -> StaleField | None:
-    """The lexicon, when a shard's mass columns were computed with another one.
-
-    Files without ``word_mass`` (no mass columns, or written before they existed) are never
-    stale for it.
-    """
-    then = (recorded.get("word_mass") or {}).get("lexicon_sha256")
-    if then is None:
-        return None
-    now = lexicon_sha256(lexicon)
-    if then == now:
-        return None
-    return StaleField(
-        "aggregation.lexicon",
-        f"sha256 {_short(then)}",
-        f"sha256 {_short(now)}",
-        "restore the lexicon the shard was generated with, or regenerate the shard (its "
-        "anthropomorphic_mass / reasoning_mass columns sum over the lexicon's word-start ids)",
-    )
+def mass_lexicon_sha256(recorded: dict[str, Any]) -> str | None:
+    """The digest (:func:`lexicon_sha256`) of the lexicon a file's mass columns were computed
+    with: ``word_mass.lexicon_sha256`` of its ``hed.generation`` or ``hed.word_mass``
+    metadata; None when the file has no mass columns (or was written before they existed)."""
+    return (recorded.get("word_mass") or {}).get("lexicon_sha256")
 
 
 def effective_dtype(configured: str | None, device: str, model_dir: str | None = None) -> str:

@@ -23,16 +23,19 @@ PANEL_SIZE = (3.2, 2.4)
 COLOURS = tuple(c for name, c in OKABE_ITO.items() if name != "yellow")
 
 
-def _colour(i: int) -> str:
+def colour(i: int) -> str:
+    """The i-th line colour of the analyses' figures (cycles through ``COLOURS``)."""
     return COLOURS[i % len(COLOURS)]
 
 
-def _empty(fig: Figure, ax, text: str) -> None:
+def empty(fig: Figure, ax, text: str) -> None:
+    """A panel with nothing to draw: ``text`` in its centre, no axes."""
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
     ax.set_axis_off()
 
 
-def _context():
+def context():
+    """The analyses' figure style (``RC_PARAMS`` and an installed font) for a ``with`` block."""
     return mpl.rc_context({**RC_PARAMS, "font.family": font_family()})
 
 
@@ -44,13 +47,13 @@ def plot_pass_at_k(table: pd.DataFrame, *, dpi: int = DPI) -> Figure:
         dpi: dots per inch of the saved PNG.
     """
     runs = list(dict.fromkeys(table["run"])) if len(table) else []
-    with _context():
+    with context():
         fig = Figure(
             figsize=figure_size(max(1, len(runs)), 1, PANEL_SIZE), dpi=dpi, layout="constrained"
         )
         axes = fig.subplots(1, max(1, len(runs)), squeeze=False)[0]
         if not runs:
-            _empty(fig, axes[0], "no graded samples")
+            empty(fig, axes[0], "no graded samples")
         for ax, run in zip(axes, runs, strict=False):
             rows = table[table["run"] == run]
             steps = sorted(rows["step"].unique())
@@ -87,15 +90,15 @@ def plot_entropy_performance_fit(
         dpi: dots per inch of the saved PNG.
     """
     runs = list(dict.fromkeys(fits["run"])) if len(fits) else []
-    with _context():
+    with context():
         fig = Figure(figsize=figure_size(1, 1, (4.2, 3.2)), dpi=dpi, layout="constrained")
         ax = fig.subplots()
         if not runs:
-            _empty(fig, ax, "no run with pass@1 and entropy")
+            empty(fig, ax, "no run with pass@1 and entropy")
         for i, run in enumerate(runs):
             points = steps[steps["run"] == run].dropna(subset=["mean_entropy", "pass1"])
             fit = fits[fits["run"] == run].iloc[0]
-            ax.scatter(points["mean_entropy"], points["pass1"], s=14, color=_colour(i), zorder=3)
+            ax.scatter(points["mean_entropy"], points["pass1"], s=14, color=colour(i), zorder=3)
             for _, p in points.iterrows():
                 ax.annotate(
                     str(int(p["step"])),
@@ -107,10 +110,10 @@ def plot_entropy_performance_fit(
             label = str(run)
             if pd.notna(fit["a"]):
                 h = np.linspace(0.0, max(float(points["mean_entropy"].max()), 1e-3) * 1.05, 100)
-                ax.plot(h, fit["b"] - fit["a"] * np.exp(h), color=_colour(i), linewidth=1.1)
+                ax.plot(h, fit["b"] - fit["a"] * np.exp(h), color=colour(i), linewidth=1.1)
                 label += f": a={fit['a']:.3g}, b={fit['b']:.3g}, R²={fit['r2']:.2f}"
-                ax.plot([0.0], [fit["ceiling"]], marker="*", color=_colour(i), markersize=7)
-            ax.plot([], [], color=_colour(i), marker="o", label=label)
+                ax.plot([0.0], [fit["ceiling"]], marker="*", color=colour(i), markersize=7)
+            ax.plot([], [], color=colour(i), marker="o", label=label)
         ax.set_xlabel("mean decode-time entropy H (nats)")
         ax.set_ylabel("pass@1 R")
         if runs:
@@ -132,11 +135,11 @@ def plot_runs_comparison(table: pd.DataFrame, measures: Sequence[str], *, dpi: i
     reference = table["reference_run"].iloc[0] if len(table) else None
     n_cols = min(3, max(1, len(measures)))
     n_rows = max(1, -(-len(measures) // n_cols))
-    with _context():
+    with context():
         fig = Figure(figsize=figure_size(n_cols, n_rows, PANEL_SIZE), dpi=dpi, layout="constrained")
         axes = fig.subplots(n_rows, n_cols, squeeze=False).ravel()
         if not measures:
-            _empty(fig, axes[0], "no measure to compare")
+            empty(fig, axes[0], "no measure to compare")
         for ax, measure in zip(axes, measures, strict=False):
             for i, run in enumerate(runs):
                 rows = table[table["run"] == run].sort_values("step")
@@ -146,7 +149,7 @@ def plot_runs_comparison(table: pd.DataFrame, measures: Sequence[str], *, dpi: i
                     marker="o",
                     markersize=3,
                     linewidth=1.2,
-                    color=_colour(i),
+                    color=colour(i),
                     linestyle="--" if run == reference else "-",
                     label=f"{run}{' (reference)' if run == reference else ''}",
                 )
@@ -189,12 +192,12 @@ def plot_subsets_over_steps(
         dpi: dots per inch of the saved PNG.
     """
     runs = list(dict.fromkeys(table["run"])) if len(table) else []
-    with _context():
+    with context():
         size = figure_size(max(1, len(runs)), len(measures), PANEL_SIZE)
         fig = Figure(figsize=size, dpi=dpi, layout="constrained")
         axes = fig.subplots(len(measures), max(1, len(runs)), squeeze=False)
         if not runs:
-            _empty(fig, axes[0][0], "no rows")
+            empty(fig, axes[0][0], "no rows")
         for c, run in enumerate(runs):
             rows = table[table["run"] == run]
             axes[0][c].set_title(str(run))
@@ -236,18 +239,18 @@ def plot_hedging_propensity(table: pd.DataFrame, *, dpi: int = DPI) -> Figure:
         ("mean_anthropomorphic_mass", ":", "mass, all positions"),
         ("sampled_anthropomorphic_share_high_entropy", "--", "sampled share, high-entropy"),
     ]
-    with _context():
+    with context():
         fig = Figure(
             figsize=figure_size(max(1, len(runs)), 1, PANEL_SIZE), dpi=dpi, layout="constrained"
         )
         axes = fig.subplots(1, max(1, len(runs)), squeeze=False)[0]
         if not runs:
-            _empty(fig, axes[0], "no steps")
+            empty(fig, axes[0], "no steps")
         for ax, run in zip(axes, runs, strict=False):
             rows = table[table["run"] == run].sort_values("step")
             for i, (column, style, label) in enumerate(lines):
                 ax.plot(rows["step"], rows[column], linestyle=style, marker="o", markersize=3,
-                        color=_colour(i), linewidth=1.2, label=label)  # fmt: skip
+                        color=colour(i), linewidth=1.2, label=label)  # fmt: skip
             if not rows["mass_recorded"].all():
                 ax.text(0.02, 0.95, "some steps lack the mass columns: regenerate them",
                         transform=ax.transAxes, fontsize=6, va="top")  # fmt: skip

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from kedro.framework import project as kedro_project
 from kedro.runner.task import Task
 
+from hed.core.cpus import allowed_cpus, thread_shares
 from hed.errors import HEDError, NodeFailuresError
 from hed.runners.process import (
     child_main,
@@ -115,6 +116,9 @@ class NodeExecutor(Executor):
         skipped: node not run → the failed or skipped upstream nodes it needed.
         condition: the lock (a ``threading.Condition``) guarding the queue and the live tasks.
         bootstrap: ``(package name, logging configuration)`` a child sets the project up with.
+        cpu_threads: slot → the CPU threads its node processes may use: the CPUs this
+            process may use (:func:`hed.core.cpus.allowed_cpus`) split between the slots
+            (:func:`hed.core.cpus.thread_shares`).
     """
 
     def __init__(
@@ -142,6 +146,9 @@ class NodeExecutor(Executor):
         self.bootstrap = (kedro_project.PACKAGE_NAME, dict(kedro_project.LOGGING))
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hed-node")
         self._slot_index = {s: k for k, s in enumerate(slots)}
+        # the node processes run at once: each takes its share of the CPUs, not all of them
+        shares = thread_shares(allowed_cpus(), len(slots))
+        self.cpu_threads = {s: share for s, share in zip(slots, shares, strict=True)}
         self._workers = [
             threading.Thread(target=self._serve, args=(s,), name=f"hed-{s.label}", daemon=True)
             for s in slots
@@ -304,6 +311,7 @@ class NodeExecutor(Executor):
                 *self.bootstrap,
                 sender,
             ),
+            kwargs={"cpu_threads": self.cpu_threads[slot]},
             name=f"hed:{node.name}",
         )
         with self.condition:

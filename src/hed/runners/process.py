@@ -19,7 +19,7 @@ import sys
 import threading
 import traceback
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_ready
@@ -35,6 +35,7 @@ from kedro.framework.hooks.manager import (
 )
 from kedro.runner.task import Task
 
+from hed.core.cpus import openmp_environment
 from hed.decode import progress
 from hed.errors import TRACEBACK_VARIABLE, hed_error_in, one_line, short_message
 
@@ -55,11 +56,18 @@ def child_main(  # noqa: PLR0917 - a Process target's arguments are positional
     package_name: str | None,
     logging_config: dict[str, Any] | None,
     result: Connection,
+    cpu_threads: int | None = None,
 ) -> None:
-    """Entry point of a node's process: claim the device, set up the project, run the task."""
+    """Entry point of a node's process: claim the device, set up the project, run the task.
+
+    ``cpu_threads``: this process's share of the CPUs (:func:`hed.core.cpus.thread_shares`):
+    OpenMP/MKL threads are capped to it (a smaller ``OMP_NUM_THREADS`` of the user's stays)
+    and idle threads sleep (:func:`hed.core.cpus.openmp_environment`).
+    """
     # First, before the task's modules (torch among them) are imported by unpickling it.
     os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
     os.environ[SLOT_INDEX_ENV] = str(slot_index)
+    os.environ.update(child_thread_environment(cpu_threads, os.environ))
     os.setpgid(0, 0)  # lead a process group, so that the node's own helpers are stopped with it
     # a stopped run's SIGTERM ends the node as an exception: Python's exit handlers then
     # release what the node's libraries hold (tqdm's semaphore: no "leaked semaphore" warning)
@@ -77,6 +85,21 @@ def child_main(  # noqa: PLR0917 - a Process target's arguments are positional
         result.send(("error", failure_reason(exc), traceback_to_log(exc)))
         sys.exit(1)
     result.send(("ok", _device_used(), ""))
+
+
+def child_thread_environment(cpu_threads: int | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """The OpenMP variables of a node's process: idle threads sleep (unless ``environ`` sets
+    the variable), and at most ``cpu_threads`` threads (or the ``OMP_NUM_THREADS`` of
+    ``environ`` when smaller)."""
+    env = {k: v for k, v in openmp_environment().items() if k not in environ}
+    if cpu_threads is not None:
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            given = environ.get(name, "")
+            threads = (
+                min(cpu_threads, int(given)) if given.isdigit() and int(given) else cpu_threads
+            )
+            env[name] = str(threads)
+    return env
 
 
 def _raise_exit(signum: int, frame: Any) -> None:

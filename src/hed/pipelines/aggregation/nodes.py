@@ -50,10 +50,11 @@ from hed.core.lexicon import Lexicon
 from hed.core.thresholds import EntropyThreshold, compute_threshold
 from hed.records.shard_checks import (
     CurrentGeneration,
-    check_lexicon_current,
     checked_responses,
+    mass_metadata,
     non_special_entropies,
     shard_report,
+    shards_mass_lexicon,
 )
 
 logger = logging.getLogger(__name__)
@@ -223,19 +224,25 @@ def merge_token_records(
         *shard_records: the step's shard token records (already checked).
 
     Returns:
-        ``token_records`` (a stream of MERGED_TOKEN_RECORD_SCHEMA tables), ``high_entropy_rows``
-        (the :class:`hed.analysis.step_merge.HighEntropySpill` that stream fills), ``sequences``.
+        ``token_records`` (a stream of MERGED_TOKEN_RECORD_SCHEMA tables whose key-value
+        metadata names the lexicon the shards' mass columns were computed with:
+        :func:`hed.records.shard_checks.mass_metadata`; words and categories are always the
+        current lexicon's, whatever the shards recorded), ``high_entropy_rows`` (the
+        :class:`hed.analysis.step_merge.HighEntropySpill` that stream fills), ``sequences``.
 
     Raises:
         ConfigError: ``chunk_records`` is not a positive integer.
-        InputDataError: a shard's word-start mass columns were computed with another lexicon.
     """
     chunk_records = AggregationParams.of(aggregation).chunk_records
-    for dataset in shard_records:
-        check_lexicon_current(dataset, lexicon)
-    return merge_step(
+    metadata = mass_metadata(shards_mass_lexicon(shard_records))
+    merged = merge_step(
         sequences, selection, shard_records, lexicon=lexicon, chunk_records=chunk_records
     )
+    tagged = (
+        table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+        for table in merged.token_records
+    )
+    return merged._replace(token_records=tagged)
 
 
 def select_high_entropy_positions(high_entropy_rows: HighEntropySpill) -> Iterator[pa.Table]:

@@ -15,6 +15,11 @@ import pandas as pd
 import pyarrow.dataset as ds
 from matplotlib.figure import Figure
 
+from hed.analysis.advantage_shaping import (
+    SHAPING_COLUMNS,
+    advantage_shaping_params,
+    step_advantage_shaping,
+)
 from hed.analysis.entropy_fit import fit_runs
 from hed.analysis.hedging_propensity import hedging_propensity_by_step
 from hed.analysis.pass_at_k import PASS_AT_K_COLUMNS, step_pass_at_k
@@ -22,11 +27,17 @@ from hed.analysis.runs_comparison import compare_runs, step_measures
 from hed.analysis.trainer_entropy import TRAINER_ENTROPY_COLUMNS, compare_trainer_entropy
 from hed.config.analysis_params import AnalysesParams
 from hed.config.layout import StudyLayout, run_roles
-from hed.config.params import GenerationParams
+from hed.config.params import (
+    AggregationParams,
+    GenerationParams,
+    ReportingParams,
+    lexicon_param,
+)
 from hed.errors import InputDataError
 from hed.pass1.config import MetricsParams
 from hed.pass1.wandb_source import read_wandb_source
-from hed.report import analysis_figures
+from hed.records.shard_metadata import lexicon_sha256
+from hed.report import analysis_figures, shaping_figures
 
 logger = logging.getLogger(__name__)
 
@@ -86,20 +97,35 @@ def fit_entropy_performance(
 
 
 def tabulate_hedging_propensity(
-    *token_records: ds.Dataset, run_steps: Sequence[tuple[str, int]]
+    aggregation: AggregationParams | dict[str, Any],
+    reporting: ReportingParams | dict[str, Any],
+    *token_records: ds.Dataset,
+    run_steps: Sequence[tuple[str, int]],
 ) -> pd.DataFrame:
     """``hedging_propensity_by_step``: per (run, step) the mean anthropomorphic / reasoning
     word-start mass (all and high-entropy positions) and the sampled anthropomorphic share.
 
     Args:
+        aggregation: ``params:aggregation`` (the current lexicon, compared with the one the
+            records' mass columns were computed with).
+        reporting: ``params:reporting`` (``strict``).
         *token_records: ``<run>.step_<step>.token_records`` (merged), in ``run_steps`` order.
         run_steps: (run, step) of each, bound when the pipeline is built.
 
     Returns:
         :data:`hed.analysis.hedging_propensity.PROPENSITY_COLUMNS`; steps generated before the
-        mass columns existed have empty mass columns and log one line saying to regenerate them.
+        mass columns existed have empty mass columns and log one line saying to regenerate them;
+        steps whose mass columns are another lexicon's are marked (``mass_lexicon_current``).
+
+    Raises:
+        InputDataError: ``reporting.strict`` and a step's mass columns are another lexicon's.
     """
-    return hedging_propensity_by_step(list(token_records), list(run_steps))
+    return hedging_propensity_by_step(
+        list(token_records),
+        list(run_steps),
+        lexicon_sha256(lexicon_param(aggregation)),
+        ReportingParams.of(reporting).strict,
+    )
 
 
 def plot_hedging_propensity_png(
@@ -249,4 +275,65 @@ def tabulate_trainer_entropy(
         metric_key=settings.metric_key,
         temperature=float(GenerationParams.of(generation).sampling.temperature),
         tolerance=settings.tolerance_nats,
+    )
+
+
+def tabulate_advantage_shaping(
+    entropy_thresholds: pd.DataFrame,
+    aggregation: Any,
+    analyses: AnalysesParams | dict[str, Any],
+    *step_tables: ds.Dataset,
+    run_steps: Sequence[tuple[str, int]],
+) -> pd.DataFrame:
+    """``advantage_shaping_by_step``: per (run, step, scheme, subset, response) where each
+    advantage scheme puts the credit (:mod:`hed.analysis.advantage_shaping`).
+
+    Args:
+        entropy_thresholds: the all-steps table (run, step, threshold: each step's τ_ρ).
+        aggregation: ``params:aggregation`` (the lexicon's categories).
+        analyses: ``params:analyses`` (its ``advantage_shaping``: schemes, alpha, kappa, ...).
+        *step_tables: per (run, step) of ``run_steps``, its ``sequences`` then its merged
+            ``token_records``.
+        run_steps: (run, step) of each pair, bound when the pipeline is built.
+
+    Returns:
+        :data:`hed.analysis.advantage_shaping.SHAPING_COLUMNS`; a step without a graded
+        token has no row.
+
+    Raises:
+        ConfigError: a bad ``analyses.advantage_shaping`` or lexicon.
+        InputDataError: a step has no ``entropy_thresholds`` row, or its records are not merged
+            records of its responses.
+    """
+    params = advantage_shaping_params(AnalysesParams.of(analyses))
+    categories = lexicon_param(aggregation).categories
+    threshold = entropy_thresholds.set_index(["run", "step"])["threshold"]
+    frames = []
+    pairs = zip(step_tables[0::2], step_tables[1::2], strict=True)
+    for (run, step), (sequences, records) in zip(run_steps, pairs, strict=True):
+        if (run, step) not in threshold.index:
+            raise InputDataError(
+                f"entropy_thresholds has no row for {run}.step_{step}: rerun the aggregation"
+            )
+        responses = sequences.to_table(columns=["prompt_index", "sample_index", "correct"])
+        frame = step_advantage_shaping(
+            records,
+            responses.to_pandas(),
+            float(threshold.loc[(run, step)]),
+            categories,
+            params,
+        )
+        frames.append(frame.assign(run=run, step=step))
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in SHAPING_COLUMNS})
+    return pd.concat(frames, ignore_index=True)[SHAPING_COLUMNS]
+
+
+def plot_advantage_shaping_png(
+    advantage_shaping_by_step: pd.DataFrame, analyses: AnalysesParams | dict[str, Any]
+) -> Figure:
+    """Credit share of high-entropy anthropomorphic vs reasoning tokens per scheme, per run."""
+    return shaping_figures.plot_advantage_shaping(
+        advantage_shaping_by_step, dpi=AnalysesParams.of(analyses).dpi
     )

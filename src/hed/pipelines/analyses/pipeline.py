@@ -15,6 +15,11 @@ node                                   outputs
 ``tabulate_hedging_propensity``        ``hedging_propensity_by_step`` (the records' exact
                                        word-start mass next to the sampled share), then
                                        ``plot_hedging_propensity`` → ``hedging_propensity_png``
+``tabulate_advantage_shaping``         ``advantage_shaping_by_step`` (where each advantage scheme
+                                       puts the credit), then ``plot_advantage_shaping`` →
+                                       ``advantage_shaping_png``; present when
+                                       ``analyses.advantage_shaping`` is in the parameters and
+                                       its ``enabled`` is not false (conf/base sets it)
 ``<run>.fetch_trainer_entropy``,       ``trainer_entropy``: the trainer's logged entropy (W&B key
 ``tabulate_trainer_entropy``           ``analyses.trainer_entropy.metric_key``) next to HED's
 =====================================  =========================================================
@@ -38,10 +43,12 @@ from .nodes import (
     build_runs_comparison,
     fetch_trainer_entropy,
     fit_entropy_performance,
+    plot_advantage_shaping_png,
     plot_entropy_performance_fit_png,
     plot_hedging_propensity_png,
     plot_pass_at_k_png,
     plot_runs_comparison_png,
+    tabulate_advantage_shaping,
     tabulate_hedging_propensity,
     tabulate_pass_at_k,
     tabulate_trainer_entropy,
@@ -84,7 +91,11 @@ def create_pipeline(
         )
         propensity = Node(
             func=bound(tabulate_hedging_propensity, run_steps=run_steps),
-            inputs=[f"{run}.step_{step}.token_records" for run, step in run_steps],
+            inputs=[
+                "params:aggregation",
+                "params:reporting",
+                *(f"{run}.step_{step}.token_records" for run, step in run_steps),
+            ],
             outputs="hedging_propensity_by_step",
             name="tabulate_hedging_propensity",
             tags=[TAG],
@@ -114,7 +125,7 @@ def create_pipeline(
             tags=[TAG],
         )
     )
-    return Pipeline(
+    return shaping_pipeline(params, run_steps) + Pipeline(
         [
             *trainer,
             pass_at_k,
@@ -168,3 +179,48 @@ def create_pipeline(
             ),
         ]
     )
+
+
+def shaping_pipeline(params: dict[str, Any], run_steps: list[tuple[str, int]]) -> Pipeline:
+    """``tabulate_advantage_shaping`` → ``advantage_shaping_by_step``, then
+    ``plot_advantage_shaping`` → ``advantage_shaping_png``.
+
+    Present when ``analyses.advantage_shaping`` is in the parameters and its ``enabled`` is
+    not false. Inputs: ``entropy_thresholds``, ``params:aggregation``,
+    ``params:analyses``, then every (run, step)'s ``sequences`` and
+    ``token_records``.
+    """
+    section = (params.get("analyses") or {}).get("advantage_shaping", False)
+    off = isinstance(section, dict) and section.get("enabled") is False
+    if section is False or section is None or off:
+        return Pipeline([])
+    tables = [
+        f"{run}.step_{step}.{name}"
+        for run, step in run_steps
+        for name in ("sequences", "token_records")
+    ]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="One or more dataset names contain '.'")
+        return Pipeline(
+            [
+                Node(
+                    func=bound(tabulate_advantage_shaping, run_steps=run_steps),
+                    inputs=[
+                        "entropy_thresholds",
+                        "params:aggregation",
+                        "params:analyses",
+                        *tables,
+                    ],
+                    outputs="advantage_shaping_by_step",
+                    name="tabulate_advantage_shaping",
+                    tags=[TAG],
+                ),
+                Node(
+                    func=plot_advantage_shaping_png,
+                    inputs=["advantage_shaping_by_step", "params:analyses"],
+                    outputs="advantage_shaping_png",
+                    name="plot_advantage_shaping",
+                    tags=[TAG],
+                ),
+            ]
+        )

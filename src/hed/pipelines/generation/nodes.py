@@ -19,6 +19,7 @@ from hed.decode.checkpoints import (
     check_same_vocabulary,
     checkpoint_fingerprint,
     model_dir_for_step,
+    warn_identical_checkpoints,
 )
 from hed.decode.embedded import ensure_embedded_checkpoint
 from hed.decode.prompts import (
@@ -139,17 +140,21 @@ def resolve_checkpoints(
     Returns:
         ``checkpoints``: ``{run: {"role", "checkpoint_root", "steps": {"<step>": fingerprint}}}``
         where a fingerprint holds ``model_dir``, ``config_sha256`` and ``weights_index_sha256``.
+        Byte-identical checkpoints of two runs or steps get one warning
+        (:func:`~hed.decode.checkpoints.warn_identical_checkpoints`).
 
     Raises:
         CheckpointError: a step folder is missing, config-only, or LoRA-only, or the run's
-            steps differ in vocabulary size or tokenizer (:func:`check_same_vocabulary`).
+            steps differ in vocabulary size or tokenizer (:func:`check_same_vocabulary`). For a
+            run whose responses are a verl dump, step ``s`` resolves to the checkpoint that
+            generated dump step ``s`` (``global_step_<s-1>`` for training rollouts).
     """
     layout = StudyLayout.of(runs, generation)
     resolved: dict[str, Any] = {}
     for run in layout.runs:
         if run.embedded:
             ensure_embedded_checkpoint(f"{run.checkpoint_root}/global_step_0/actor_hf")
-        model_dirs = {step: model_dir_for_step(run.checkpoint_root, step) for step in run.steps}
+        model_dirs = {step: _model_dir(run, step) for step in run.steps}
         check_same_vocabulary(run.name, model_dirs)
         resolved[run.name] = {
             "role": run.role,
@@ -157,7 +162,18 @@ def resolve_checkpoints(
             "steps": {str(step): checkpoint_fingerprint(d) for step, d in model_dirs.items()},
         }
         logger.info("Run %s: %d checkpoint(s), steps %s", run.name, len(run.steps), list(run.steps))
+    warn_identical_checkpoints({run: entry["steps"] for run, entry in resolved.items()})
     return resolved
+
+
+def _model_dir(run: Any, step: int) -> Any:
+    """The checkpoint of (run, step): for a run scoring a verl dump, the one that generated
+    dump step ``step`` (:func:`hed.decode.rollouts.generating_model_dir`)."""
+    if run.responses.from_dump:
+        from hed.decode.rollouts import generating_model_dir
+
+        return generating_model_dir(run.checkpoint_root, step, run.responses.kind)
+    return model_dir_for_step(run.checkpoint_root, step)
 
 
 def generate_shard(  # noqa: PLR0917 - Kedro passes the inputs by name

@@ -39,8 +39,9 @@ def fetch_wandb_history(
 
     Returns:
         ``<run>.metrics_export``: step, pass1, wandb_step, metric_key, step_key, source — every
-        row that carries the metric, in logged order (written to ``data/01_raw/metrics/<run>.csv``
-        so the ``csv`` source can read it later without network).
+        step that carries the metric, in logged order (a step logged twice, as a resumed run
+        does: its later value), written to ``data/01_raw/metrics/<run>.csv`` so the ``csv``
+        source can read it later without network.
 
     Raises:
         ConfigError: no W&B API key. InputDataError: run or folder not found, metric absent.

@@ -383,6 +383,10 @@ def plot_figure3_png(
     )
 
 
+#: Analyses outputs that ``resolved_config`` names as artifacts (published) when its run wrote them
+PUBLISHED_ANALYSES = ("advantage_shaping_by_step", "advantage_shaping_png")
+
+
 def build_resolved_config(
     *,
     figure_plan: dict[str, Any],
@@ -408,7 +412,8 @@ def build_resolved_config(
         run_context: what :class:`hed.hooks.ProvenanceHooks` recorded: env, run_id,
             project_path, git commit, package versions, the resolved path and load version of
             each input of this node, the save path of each output of the run.
-        artifacts: names of the reporting outputs (bound when the pipeline is built).
+        artifacts: names of the reporting outputs (bound when the pipeline is built); the
+            run's outputs named in :data:`PUBLISHED_ANALYSES` join them.
 
     Returns:
         ``resolved_config`` (see docs/reporting.md for the keys).
@@ -446,7 +451,8 @@ def build_resolved_config(
             "checkpoints": checkpoints,
             "thresholds": entropy_thresholds[threshold_columns].to_dict(orient="records"),
             "inputs": inputs,
-            "artifacts": {name: outputs.get(name) for name in artifacts},
+            "artifacts": {name: outputs.get(name) for name in artifacts}
+            | {name: outputs[name] for name in PUBLISHED_ANALYSES if outputs.get(name)},
             # the run's HTML pages (token report, explorer): what W&B/Hub publishing shows
             "pages": {name: info for name, info in outputs.items() if name.endswith("_html")},
             "parameters": parameters,

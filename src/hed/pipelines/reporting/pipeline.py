@@ -126,8 +126,9 @@ def explorer_pipeline(params: dict[str, Any]) -> Pipeline:
     """The ``build_study_explorer`` node → ``study_explorer_html`` (docs/explorer.md).
 
     Present when ``reporting.explorer`` is in the parameters and its ``enabled`` is not false.
-    Inputs: ``params:reporting``, ``checkpoints``, ``entropy_thresholds``, ``prompts``, the
-    Figure 2 table, then every (run, step)'s ``sequences`` and ``token_records``.
+    Inputs: ``params:reporting``, ``params:aggregation``, ``checkpoints``,
+    ``entropy_thresholds``, ``prompts``, the Figure 2 table, then every (run, step)'s
+    ``sequences`` and ``token_records``.
 
     Args:
         params: the environment's parameters (``runs``, ``generation``, ``reporting``).
@@ -143,6 +144,7 @@ def explorer_pipeline(params: dict[str, Any]) -> Pipeline:
             func=bound(build_study_explorer, run_steps=run_steps),
             inputs=[
                 "params:reporting",
+                "params:aggregation",
                 "checkpoints",
                 "entropy_thresholds",
                 "prompts",

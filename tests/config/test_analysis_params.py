@@ -94,7 +94,7 @@ def test_analyses_defaults():
         "trainer_entropy": TrainerEntropySettings(metric_key="actor/entropy", tolerance_nats=0.05),
         "delta_logprob": DeltaLogprobSettings(top_n=20, min_count=2),
         "dpi": 200,
-        "advantage_shaping": {},  # its model: hed.analysis.advantage_shaping
+        "advantage_shaping": None,  # null: not tabulated (conf/base sets it)
     }
 
 

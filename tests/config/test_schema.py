@@ -24,7 +24,7 @@ SHIPPED = sorted(p for p in CONF.glob("*/parameters*.yml") if p.parent.name != S
 
 def test_every_shipped_file_has_a_schema_and_points_at_it():
     assert {p.name for p in SHIPPED} <= set(FILES)
-    assert len(SHIPPED) == 21  # base 9, mini_dapo 7, qae_repro 5
+    assert len(SHIPPED) == 30  # base 9, mini_dapo 7, qae_repro 5, mini_entropy 6, mini_rollouts 3
     for path in SHIPPED:
         first = path.read_text(encoding="utf-8").split("\n", 1)[0]
         assert first == header(path, CONF), path

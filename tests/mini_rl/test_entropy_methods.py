@@ -105,7 +105,7 @@ def test_mini_dapo_fingerprints_do_not_change_without_advantage_shaping():
         ("gtpo", "must be a mapping"),
         ({"alpha": 0.4}, r"advantage_shaping\.scheme = None: use one of"),
         ({"scheme": "top_rho_mask"}, "top_entropy_quantile"),
-        ({"scheme": "entropy_advantage", "alpha": 0}, r"shaping\.alpha must be a number > 0, got 0"),
+        ({"scheme": "entropy_advantage", "alpha": 0}, r"shaping\.alpha must be a number > 0"),
         ({"scheme": "entropy_advantage", "kappa": 1.0}, r"shaping\.kappa must be a number > 1"),
         ({"scheme": "gtpo", "beta": 1}, r"unknown parameter mini_rl\.runs\.r\.advantage_sh"),
     ],

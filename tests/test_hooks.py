@@ -233,3 +233,58 @@ def test_one_hook_checks_a_runs_inputs_and_it_runs_first():
     assert callers == {"hooks/inputs.py"}
     assert isinstance(settings.HOOKS[-1], InputHooks)
     assert sum(isinstance(hook, InputHooks) for hook in settings.HOOKS) == 1
+
+
+def test_a_run_that_scored_dump_shards_shows_the_flag_shares(tmp_path, caplog):
+    """The summary reads the flags from the metadata of the shards this run wrote; a shard of
+    an earlier run is not counted."""
+    import json
+
+    import pyarrow as pa
+    from kedro.io import DataCatalog
+    from kedro.io.core import Version
+    from kedro.pipeline import Node, Pipeline
+
+    from hed.io.datasets import ArrowParquetDataset
+    from hed.records.shard_metadata import GENERATION_METADATA_KEY
+
+    earlier, now = "2026-12-01T14.00.00.000Z", "2026-12-01T15.00.00.000Z"
+
+    def planted(name, version, ok, ids_differ, unmatched):
+        meta = {
+            "source": "verl_dump",
+            "run": "dapo",
+            "step": 3,
+            "num_shards": 2,
+            "rollouts": {
+                "dump_rows": 66,
+                "shard_rows": ok + ids_differ,
+                "flags": {"ok": ok, "ids_differ": ids_differ, "text_not_round_trip": 0},
+                "unmatched_lines": unmatched,
+            },
+        }
+        table = pa.table({"a": [1]}).replace_schema_metadata(
+            {GENERATION_METADATA_KEY: json.dumps(meta).encode()}
+        )
+        path = str(tmp_path / f"{name}.parquet")
+        ArrowParquetDataset(filepath=path, version=Version(None, version)).save(table)
+        return ArrowParquetDataset(filepath=path, version=Version(None, now))
+
+    names = [f"dapo.step_3.shard_{k}.sequences" for k in range(2)]
+    catalog = DataCatalog(
+        {
+            names[0]: planted("s0", now, 30, 3, [4, 9]),
+            names[1]: planted("s1", earlier, 31, 0, [4, 9]),  # of an earlier run
+        }
+    )
+    pipeline = Pipeline([Node(lambda: (1, 2), None, names)])
+    with caplog.at_level("INFO", logger="hed.hooks"):
+        ProvenanceHooks().after_pipeline_run(
+            run_params={"run_id": now}, pipeline=pipeline, catalog=catalog
+        )
+    lines = [r.getMessage() for r in caplog.records if "verl dump rows" in r.getMessage()]
+    # 3 / 33 = 9.09 %
+    assert lines == [
+        "Run summary: verl dump rows: dapo.step_3 (1 of 2 shards): 33 scored, 3 ids_differ "
+        "(9.1 %), 2 no_prompt (not scored)"
+    ]

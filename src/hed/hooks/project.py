@@ -9,8 +9,10 @@ run with its summary; :class:`AtomicWritesHooks`, :class:`ShardPartsHooks` and
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,8 @@ from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, 
 from hed.io.publishing import published_by_run
 from hed.pass1.credentials import export_wandb_api_key
 from hed.records.object_store import make_dataset_writes_atomic
+from hed.records.rollout_flags import dump_flag_shares, flag_share_lines
+from hed.records.shard_metadata import GENERATION_METADATA_KEY
 from hed.runners.executor import RunInterruptedError
 from hed.runners.resume import interrupted_error, resume_command, resume_nodes
 
@@ -198,6 +202,8 @@ class ProvenanceHooks:
         run wrote are listed (:func:`written_by_run`): a run whose nodes were all skipped
         (``--only-missing-outputs`` with every output present) says "nothing written". A
         publish run lists what it published (:func:`hed.io.publishing.published_by_run`).
+        A run that scored shards from a verl dump adds the share of flagged dump rows per
+        (run, step), from the metadata of the shards it wrote (:func:`dump_flag_summary`).
         """
         announced = [
             name
@@ -231,6 +237,32 @@ class ProvenanceHooks:
             _summarise_records(pipeline, catalog, run_params.get("run_id"))
         for line in mismatched_figures(catalog, set(announced)):
             logger.warning("Run summary: %s", line)
+        flags = dump_flag_summary(pipeline, catalog, run_params.get("run_id"))
+        if flags:
+            logger.info(
+                "Run summary: verl dump rows: %s",
+                flags[0] if len(flags) == 1 else "\n  " + "\n  ".join(flags),
+            )
+
+
+#: A shard's ``sequences`` output (its ``hed.generation`` metadata holds the dump flags).
+_SHARD_SEQUENCES = re.compile(r"^.+\.step_\d+\.shard_\d+\.sequences$")
+
+
+def dump_flag_summary(pipeline: Any, catalog: Any, run_id: str | None) -> list[str]:
+    """The flag shares of the dump rows scored by this run, one line per (run, step) and a
+    total (:func:`hed.records.rollout_flags.flag_share_lines`); empty when the run wrote no
+    shard scored from a dump. Reads only the metadata of the shard files this run wrote."""
+    metadata = []
+    for name in sorted(n for n in pipeline.all_outputs() if _SHARD_SEQUENCES.match(n)):
+        if not written_by_run(catalog, name, run_id):
+            continue
+        raw = (catalog.get(name).load().schema.metadata or {}).get(GENERATION_METADATA_KEY)
+        try:
+            metadata.append(json.loads(raw) if raw else {})
+        except ValueError:
+            continue  # a shard without readable metadata: aggregation refuses it
+    return flag_share_lines(dump_flag_shares(metadata))
 
 
 def _summarise_records(pipeline: Any, catalog: Any, run_id: str | None) -> None:

@@ -19,6 +19,7 @@ from ..conftest import build_tiny_model
 from ..project_copy import GPU_RUNNER_GENERATION, copy_project, latest, run_kedro_cli
 
 SUFFIX = "\nAnswer with the final number only."
+RUNS = ("mini_dapo_with_clip", "mini_dapo_without_clip")  # sorted, as the run summary lists them
 PROBLEMS = [("What is 2 + 3?", 5), ("What is 4 times 2?", 8), ("What is 9 - 7?", 2)]
 
 
@@ -30,7 +31,7 @@ def test_mini_rollouts_env_runs_end_to_end(tmp_path, smollm2_dir, tokenizer):
     train = pd.DataFrame({"problem": [p for p, _ in PROBLEMS], "answer": [a for _, a in PROBLEMS]})
     train.to_json(mini / "mini_rl/mini_arith_train.jsonl", orient="records", lines=True)
     eos = tokenizer.eos_token_id
-    for run in ("mini_dapo_without_clip", "mini_dapo_with_clip"):
+    for run in RUNS:
         root = mini / "checkpoints" / run
         for seed, step in enumerate((0, 8, 16)):
             build_tiny_model(root / f"global_step_{step}" / "actor_hf", tokenizer, seed=seed)
@@ -51,12 +52,21 @@ def test_mini_rollouts_env_runs_end_to_end(tmp_path, smollm2_dir, tokenizer):
     # the scoring nodes under GPURunner (spawned workers, as generation's), then the rest of
     # the default run reusing their shards (--only-missing-outputs: the shards are current)
     env = ("--env", "mini_rollouts")
-    run_kedro_cli(project, *GPU_RUNNER_GENERATION[:3], *env, *GPU_RUNNER_GENERATION[3:])
+    scoring = run_kedro_cli(project, *GPU_RUNNER_GENERATION[:3], *env, *GPU_RUNNER_GENERATION[3:])
+    # the run summary's flag shares, from the metadata of the shards this run wrote: the
+    # dumper's ids are the canonical tokenisation + EOS, so no row is flagged
+    steps = [f"{r}.step_{s}: 6 scored, none flagged" for r in RUNS for s in (1, 9, 17)]
+    flag_lines = ["Run summary: verl dump rows:", *[f"  {x}" for x in steps]]
+    flag_lines.append("  all 6 steps: 36 scored, none flagged")
+    log = (scoring.stdout + scoring.stderr).splitlines()
+    (start,) = [i for i, line in enumerate(log) if "verl dump rows" in line]
+    assert [log[start].split("hed.hooks: ")[1], *log[start + 1 : start + 8]] == flag_lines
     found = (project / "data/mini_rollouts/02_intermediate").rglob("shard_0*.parquet")
     shard_files = sorted(p for p in found if p.is_dir())  # versioned: one folder per file
     stamps = {p: sorted(x.name for x in p.iterdir()) for p in shard_files}
     assert len(stamps) == 2 * 3 * 2  # (token_records, sequences) × 3 steps × 2 runs
-    run_kedro_cli(project, "run", *env, "--only-missing-outputs", timeout=900)
+    rest = run_kedro_cli(project, "run", *env, "--only-missing-outputs", timeout=900)
+    assert "verl dump rows" not in rest.stdout + rest.stderr  # it wrote no shard
     assert stamps == {p: sorted(x.name for x in p.iterdir()) for p in shard_files}
     data = project / "data/mini_rollouts"
     summary = pd.read_csv(latest(data / "04_feature/summary_by_step.csv"))

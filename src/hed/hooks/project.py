@@ -240,8 +240,8 @@ class ProvenanceHooks:
         flags = dump_flag_summary(pipeline, catalog, run_params.get("run_id"))
         if flags:
             logger.info(
-                "Run summary: verl dump rows: %s",
-                flags[0] if len(flags) == 1 else "\n  " + "\n  ".join(flags),
+                "Run summary: verl dump rows:%s",
+                f" {flags[0]}" if len(flags) == 1 else "\n  " + "\n  ".join(flags),
             )
 
 

@@ -262,15 +262,18 @@ def scheme_values(tables, step: int) -> dict[tuple[int, int], list[np.ndarray]]:
     """Per graded response of ``step``, computed here from the records: each scheme's
     advantages over its non-special tokens (group = the prompt's responses, τ_ρ the step's)."""
     records, seqs = tables[step]
-    body = records.to_pandas().query("~is_special").sort_values(
-        ["prompt_index", "sample_index", "position"]
+    body = (
+        records.to_pandas()
+        .query("~is_special")
+        .sort_values(["prompt_index", "sample_index", "position"])
     )
     out = {}
     for prompt, group in seqs.groupby("prompt_index"):
         samples = group["sample_index"].tolist()
         entropies = [
-            body[(body["prompt_index"] == prompt) & (body["sample_index"] == s)]["entropy"]
-            .to_numpy(np.float64)
+            body[(body["prompt_index"] == prompt) & (body["sample_index"] == s)][
+                "entropy"
+            ].to_numpy(np.float64)
             for s in samples
         ]
         rewards = group["correct"].astype(float).to_numpy()
@@ -473,7 +476,9 @@ def test_embedded_advantages_are_the_schemes_values(demo):
                 n_per_token += 1
                 assert scheme in ("top_rho_mask", "entropy_advantage", "gtpo")
                 rank = np.cumsum(~np.asarray(r["sp"], dtype=bool)) - 1
-                assert got == [None if sp else rounded[k] for sp, k in zip(r["sp"], rank)]
+                assert got == [
+                    None if sp else rounded[k] for sp, k in zip(r["sp"], rank, strict=True)
+                ]
             # grpo's one number is the card's advantage (same estimator; that one has 4 digits)
             assert r["A"][0] == pytest.approx(r["adv"], rel=5e-3)
     assert n_per_token > 0
@@ -483,7 +488,7 @@ def test_advantages_cost_little_and_only_when_asked(demo):
     """The advantages add at most 12 bytes per embedded token (6 on this demo; a study's page
     holds ~92 per token, docs/explorer.md) and at most a quarter of the page; with
     analyses.advantage_shaping null or disabled the page is the same as before, with no ``A``."""
-    tables, data = demo
+    tables, _ = demo
     steps = [
         tr.StepInput(RUN, "single", s, seqs, records, threshold=seqs.attrs["threshold"])
         for s, (records, seqs) in tables.items()

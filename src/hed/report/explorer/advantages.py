@@ -2,8 +2,9 @@
 
 The page's tooltip shows, for a hovered token, the advantage every scheme of
 ``analyses.advantage_shaping`` (:mod:`hed.analysis.advantage_shaping`) would give it. The
-values are computed here, at build time, by :func:`hed.core.advantage_shaping.group_token_advantages`
-(the formulas live there only; the page does no arithmetic): GTPO and GRPO-S need every
+values are computed here, at build time, by
+:func:`hed.core.advantage_shaping.group_token_advantages` (the formulas live there only; the
+page does no arithmetic): GTPO and GRPO-S need every
 token of a prompt's group, so each embedded response's whole group is read from the step's
 merged records (its prompt's graded responses, non-special tokens, t = rank among them), as
 the ``advantage_shaping_by_step`` table does; τ_ρ of ``top_rho_mask`` is the step's

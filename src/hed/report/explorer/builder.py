@@ -44,7 +44,7 @@ from hed.analysis.advantage_shaping import AdvantageShapingParams
 from hed.core.advantage import response_advantages
 from hed.errors import ConfigError
 from hed.report import token_report as tr
-from hed.report.explorer import advantages
+from hed.report.explorer.advantages import attach, index_entry
 from hed.report.explorer.options import ExplorerOptions
 from hed.report.page_common import fill, page_asset
 from hed.report.token_report import inputs as tri
@@ -292,7 +292,7 @@ def build_explorer(
             "estimator": options.estimator,
         },
         "measures": sorted(optional),
-        "shaping": advantages.index_entry(shaping),
+        "shaping": index_entry(shaping),
         "scale": {"min": tr.ENTROPY_FLOOR, "max": trp.nice_ceiling(max(max_entropy, 0.01))},
         "runs": runs,
         "notes": notes,
@@ -383,7 +383,7 @@ def _run_payload(
             }
             n_cut += response["n_tokens"] > stop - start
             shown.append(response)
-        advantages.attach(shown, records, frame, item.threshold, shaping)
+        attach(shown, records, frame, item.threshold, shaping)
         used_ids.update(columns["id"])
         used_ids.update(i for i in set(columns["kid"]) if i >= 0)
         known.update(zip(columns["id"], columns["text"], strict=True))

@@ -250,7 +250,7 @@ function tipRow(t, k, v) { const tr = el("tr"); tr.dataset.k = k;
 function schemes(A, i) {
   return IDX.shaping.labels.map((label, k) => {
     const v = Array.isArray(A[k]) ? A[k][i] : A[k];
-    return label + " " + (v === null || v === undefined ? "\u2013" : (v > 0 ? "+" : "") + v);
+    return label + "\u00A0" + (v === null || v === undefined ? "\u2013" : (v > 0 ? "+" : "") + v);
   }).join(" \u00B7 ");
 }
 function showTip(body, i, x, y) {

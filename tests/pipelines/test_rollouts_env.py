@@ -78,5 +78,8 @@ def test_mini_rollouts_env_runs_end_to_end(tmp_path, smollm2_dir, tokenizer):
     metas = [json.loads(pq.read_schema(p).metadata[b"hed.generation"]) for p in shards]
     assert metas and {m["rollouts"]["generated_by"] for m in metas} == {"global_step_8"}
     assert {m["source"] for m in metas} == {"verl_dump"}
-    assert latest(data / "08_reporting/explorer/study_explorer.html").stat().st_size > 0
+    explorer = Path(latest(data / "08_reporting/explorer/study_explorer.html")).read_text()
+    # conf/base's analyses.advantage_shaping: the tooltip's six schemes, values embedded
+    assert '"labels":["grpo","Dr. GRPO","80/20","entropy-adv","GTPO","GRPO-S"]' in explorer
+    assert '"A":[' in explorer
     assert Path(latest(data / "08_reporting/token_report/token_report.html")).is_file()

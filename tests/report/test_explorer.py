@@ -19,7 +19,9 @@ import pyarrow as pa
 import pytest
 from playwright.sync_api import expect
 
+from hed.analysis.advantage_shaping import AdvantageShapingParams
 from hed.config.sections import check_unknown_keys
+from hed.core.advantage_shaping import SCHEMES, group_token_advantages
 from hed.errors import ConfigError
 from hed.pipelines.reporting import create_pipeline
 from hed.report import token_report as tr
@@ -37,6 +39,10 @@ IMG = 'Look: <img src=x onerror="window.__img=1;alert(2)"> so 3 + 4 = 7. The ans
 PLACEHOLDER = "I count 2, 3, 5, 7. Hmm, maybe __DATA__ or __JS__? The answer is 4."
 DEMO = {**RESPONSES, (0, 2): IMG, (2, 2): PLACEHOLDER}
 EPS = 1e-6
+#: ``analyses.advantage_shaping`` of the demo page: every scheme, the papers' constants.
+SHAPING = AdvantageShapingParams()
+#: ``params:analyses`` of the node test: two schemes tabulated, so two in the tooltip.
+ANALYSES = {"advantage_shaping": {"schemes": ["grpo", "gtpo"], "alpha": 0.5}}
 #: ``params:aggregation`` of the node tests (its lexicon is compared with the records' mass).
 LEXICON = {"lexicon": {"anthropomorphic": ["hmm"], "reasoning": ["so"]}}
 
@@ -67,6 +73,7 @@ def demo(tokenizer):
         ExplorerOptions(responses_per_step=16),
         prompts=demo_prompts(),
         tokenizers={RUN: tokenizer},
+        shaping=SHAPING,
     )
     return tables, data
 
@@ -251,6 +258,64 @@ def test_hovered_token_shows_the_records_values(page, demo, tokenizer):
     tip.wait_for(state="hidden")
 
 
+def scheme_values(tables, step: int) -> dict[tuple[int, int], list[np.ndarray]]:
+    """Per graded response of ``step``, computed here from the records: each scheme's
+    advantages over its non-special tokens (group = the prompt's responses, τ_ρ the step's)."""
+    records, seqs = tables[step]
+    body = (
+        records.to_pandas()
+        .query("~is_special")
+        .sort_values(["prompt_index", "sample_index", "position"])
+    )
+    out = {}
+    for prompt, group in seqs.groupby("prompt_index"):
+        samples = group["sample_index"].tolist()
+        entropies = [
+            body[(body["prompt_index"] == prompt) & (body["sample_index"] == s)][
+                "entropy"
+            ].to_numpy(np.float64)
+            for s in samples
+        ]
+        rewards = group["correct"].astype(float).to_numpy()
+        per = [
+            group_token_advantages(entropies, rewards, scheme, tau=seqs.attrs["threshold"])
+            for scheme in SCHEMES
+        ]
+        for j, s in enumerate(samples):
+            out[(int(prompt), int(s))] = [values[j] for values in per]
+    return out
+
+
+def test_hovered_token_shows_its_advantage_under_each_scheme(page, demo):
+    tables, data = demo
+    reset(page)
+    step, key = 0, (2, 1)  # an incorrect response of a mixed group: A ≠ 0
+    records = tables[step][0].to_pandas()
+    rows = records[(records["prompt_index"] == key[0]) & (records["sample_index"] == key[1])]
+    rows = rows.sort_values("position").reset_index(drop=True)
+    pick = rows[~rows["is_special"]].sort_values("entropy").iloc[-1]
+    t = int((~rows["is_special"]).iloc[: int(pick["position"])].sum())  # its non-special rank
+    want = scheme_values(tables, step)[key]
+    labels = data["index"]["shaping"]["labels"]
+    assert labels == ["grpo", "Dr. GRPO", "80/20", "entropy-adv", "GTPO", "GRPO-S"]
+    parts = []
+    for label, values in zip(labels, want, strict=True):
+        v = float(f"{values[t]:.3g}")
+        parts.append(f"{label}\u00a0{'+' if v > 0 else ''}{v:g}")  # wraps at the dots only
+    body = page.locator(f'#list .resp[data-key="{step}:{key[0]}:{key[1]}"] .body')
+    body.scroll_into_view_if_needed()
+    body.locator("span.t").nth(int(pick["position"])).hover()
+    row = page.locator('#tip tr[data-k="A by scheme"] .v')
+    row.wait_for(state="visible")
+    assert row.text_content() == " \u00b7 ".join(parts)
+    # the high-entropy token keeps its A under the 80/20 mask; GTPO differs from GRPO there
+    value = {p.split("\u00a0")[0]: p.split("\u00a0")[1] for p in parts}
+    assert pick["is_high_entropy"] and value["80/20"] == value["grpo"] != "0"
+    assert value["GTPO"] != value["grpo"]
+    page.mouse.move(1, 1)
+    page.locator("#tip").wait_for(state="hidden")
+
+
 def test_keyboard_moves_between_tokens(page, demo):
     tables, _ = demo
     reset(page)
@@ -393,6 +458,54 @@ def test_render_escapes_every_block(demo):
     assert sum(t.startswith(PLACEHOLDER) for t in texts) == len(STEPS)
 
 
+def test_embedded_advantages_are_the_schemes_values(demo):
+    """Each embedded response's ``A`` equals group_token_advantages over its prompt's whole
+    group, rounded to 3 significant digits: one number where a scheme is constant over the
+    response, else one per token (None on special tokens)."""
+    tables, data = demo
+    n_per_token = 0
+    for blk in data["blocks"]:
+        want = scheme_values(tables, blk["step"])
+        for r in blk["responses"]:
+            per_scheme = want[(r["p"], r["s"])]
+            assert len(r["A"]) == len(SCHEMES)
+            for scheme, got, values in zip(SCHEMES, r["A"], per_scheme, strict=True):
+                rounded = [float(f"{v:.3g}") for v in values]
+                if not isinstance(got, list):
+                    assert set(rounded) == {got} and np.ptp(values) == 0, scheme
+                    continue
+                n_per_token += 1
+                assert scheme in ("top_rho_mask", "entropy_advantage", "gtpo")
+                rank = np.cumsum(~np.asarray(r["sp"], dtype=bool)) - 1
+                assert got == [
+                    None if sp else rounded[k] for sp, k in zip(r["sp"], rank, strict=True)
+                ]
+            # grpo's one number is the card's advantage (same estimator; that one has 4 digits)
+            assert r["A"][0] == pytest.approx(r["adv"], rel=5e-3)
+    assert n_per_token > 0
+
+
+def test_advantages_cost_little_and_only_when_asked(demo):
+    """The advantages add at most 12 bytes per embedded token (6 on this demo; a study's page
+    holds ~92 per token, docs/explorer.md) and at most a quarter of the page; with
+    analyses.advantage_shaping null or disabled the page is the same as before, with no ``A``."""
+    tables, _ = demo
+    steps = [
+        tr.StepInput(RUN, "single", s, seqs, records, threshold=seqs.attrs["threshold"])
+        for s, (records, seqs) in tables.items()
+    ]
+    options = ExplorerOptions(responses_per_step=16)
+    plain = render_explorer(build_explorer(steps, options, prompts=demo_prompts()))
+    off = build_explorer(
+        steps, options, prompts=demo_prompts(), shaping=AdvantageShapingParams(enabled=False)
+    )
+    assert render_explorer(off) == plain and '"A":' not in plain
+    on = build_explorer(steps, options, prompts=demo_prompts(), shaping=SHAPING)
+    n_tokens = sum(len(r["text"]) for blk in on["blocks"] for r in blk["responses"])
+    added = len(render_explorer(on).encode()) - len(plain.encode())
+    assert 0 < added <= 12 * n_tokens and added <= 0.25 * len(plain.encode())
+
+
 def test_embedding_is_bounded_and_said(demo):
     tables, _ = demo
     steps = [
@@ -459,15 +572,16 @@ def test_node_is_in_the_reporting_pipeline_when_configured():
     on = create_pipeline(params={"runs": runs, "reporting": {"explorer": {}}})
     node = {n.name: n for n in on.nodes}["build_study_explorer"]
     assert node.outputs == ["study_explorer_html"]
-    assert node.inputs[:6] == [
+    assert node.inputs[:7] == [
         "params:reporting",
         "params:aggregation",
+        "params:analyses",
         "checkpoints",
         "entropy_thresholds",
         "prompts",
         "figure2_single_run_diagnostic",
     ]
-    assert node.inputs[6:] == [
+    assert node.inputs[7:] == [
         f"{RUN}.step_{s}.{name}" for s in STEPS for name in ("sequences", "token_records")
     ]
     off = create_pipeline(params={"runs": runs, "reporting": {"explorer": {"enabled": False}}})
@@ -498,6 +612,7 @@ def test_mass_of_another_lexicon_is_left_out_of_the_page(demo, caplog):
         page = build_study_explorer(
             {"explorer": {"responses_per_step": 2}},
             LEXICON,
+            {},
             {},
             thresholds,
             demo_prompts(),
@@ -543,6 +658,7 @@ def test_node_builds_the_page_from_the_catalog_inputs(demo):
     page = build_study_explorer(
         {"explorer": {"responses_per_step": 2, "seed": 1, "estimator": "dr_grpo"}},
         LEXICON,
+        ANALYSES,
         {},
         thresholds,
         demo_prompts(),
@@ -561,9 +677,11 @@ def test_node_builds_the_page_from_the_catalog_inputs(demo):
         (20, 4, 0.75),
     ]
     assert index["options"]["estimator"] == "dr_grpo"
+    assert index["shaping"] == {"schemes": ["grpo", "gtpo"], "labels": ["grpo", "GTPO"]}
     assert run["keys"] == [list(k) for k in tr.choose_keys(DEMO, 2, seed=1)]
     assert page.count('<script type="application/json" id="hed-block-') == len(STEPS)
     # the pre-run check hands the node a ReportingParams (explorer parsed once): the same page
+    from hed.config.analysis_params import AnalysesParams
     from hed.config.params import ReportingParams
 
     parsed = ReportingParams.of(
@@ -573,6 +691,7 @@ def test_node_builds_the_page_from_the_catalog_inputs(demo):
     assert page == build_study_explorer(
         parsed,
         LEXICON,
+        AnalysesParams.of(ANALYSES),
         {},
         thresholds,
         demo_prompts(),

@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from hed.config.analysis_params import AnalysesParams
 from hed.config.params import AggregationParams, ReportingParams, lexicon_param
 from hed.core.command_line import mass_refresh_command
 from hed.records.sequence import MASS_COLUMNS
@@ -26,6 +27,7 @@ logger = logging.getLogger(__name__)
 def build_study_explorer(  # noqa: PLR0917 - Kedro passes the inputs by position
     reporting: ReportingParams | dict[str, Any],
     aggregation: AggregationParams | dict[str, Any],
+    analyses: AnalysesParams | dict[str, Any] | None,
     checkpoints: dict[str, Any],
     entropy_thresholds: pd.DataFrame,
     prompts: pd.DataFrame,
@@ -41,6 +43,9 @@ def build_study_explorer(  # noqa: PLR0917 - Kedro passes the inputs by position
         aggregation: ``params:aggregation``: a step whose records' mass columns were summed
             over another lexicon shows no ``amass`` / ``rmass`` (one warning naming
             ``kedro hed refresh-mass``), as records without them.
+        analyses: ``params:analyses``: with ``advantage_shaping`` set and enabled, a hovered
+            token shows its advantage under each of its schemes (computed here, per embedded
+            response over its prompt's whole group); null or disabled: no advantages.
         checkpoints: generation's ``checkpoints`` (tokenizer folders naming the alternatives).
         entropy_thresholds: one row per (run, step): ``threshold`` (nats), ``top_entropy_frac``.
         prompts: the ``prompts`` table.
@@ -53,7 +58,8 @@ def build_study_explorer(  # noqa: PLR0917 - Kedro passes the inputs by position
         One self-contained HTML document (:func:`hed.report.explorer.render_explorer`).
 
     Raises:
-        ConfigError: a malformed ``reporting.explorer`` section, or ``steps`` matching no step.
+        ConfigError: a malformed ``reporting.explorer`` or ``analyses`` section, or ``steps``
+            matching no step.
     """
     options = ReportingParams.of(reporting).explorer
     current = lexicon_sha256(lexicon_param(aggregation))
@@ -62,7 +68,14 @@ def build_study_explorer(  # noqa: PLR0917 - Kedro passes the inputs by position
         for i, table in enumerate(step_tables)
     )
     steps = token_report.step_inputs(run_steps, checkpoints, entropy_thresholds, step_tables)
-    data = explorer.build_explorer(steps, options, prompts=prompts, figure2=figure2_table)
+    shaping = None if analyses is None else AnalysesParams.of(analyses).advantage_shaping
+    data = explorer.build_explorer(
+        steps,
+        options,
+        prompts=prompts,
+        figure2=figure2_table,
+        shaping=shaping,
+    )
     for note in data["index"]["notes"]:
         logger.info("study explorer leaves out: %s", note)
     return explorer.render_explorer(data)

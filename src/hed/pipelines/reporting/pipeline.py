@@ -126,7 +126,7 @@ def explorer_pipeline(params: dict[str, Any]) -> Pipeline:
     """The ``build_study_explorer`` node → ``study_explorer_html`` (docs/explorer.md).
 
     Present when ``reporting.explorer`` is in the parameters and its ``enabled`` is not false.
-    Inputs: ``params:reporting``, ``params:aggregation``, ``checkpoints``,
+    Inputs: ``params:reporting``, ``params:aggregation``, ``params:analyses``, ``checkpoints``,
     ``entropy_thresholds``, ``prompts``, the Figure 2 table, then every (run, step)'s
     ``sequences`` and ``token_records``.
 
@@ -145,6 +145,7 @@ def explorer_pipeline(params: dict[str, Any]) -> Pipeline:
             inputs=[
                 "params:reporting",
                 "params:aggregation",
+                "params:analyses",
                 "checkpoints",
                 "entropy_thresholds",
                 "prompts",

@@ -3,8 +3,7 @@
 :func:`build_explorer` turns the merged records and sequences of each (run, step) into the
 page's data; :func:`render_explorer` writes the page (``page.html``, ``page.css`` and
 ``page.js`` of this package with the helpers shared with the token report inlined:
-:mod:`hed.report.page_common`). docs/explorer.md describes
-the page for users.
+:mod:`hed.report.page_common`). docs/explorer.md describes the page for users.
 
 What is embedded is bounded (:class:`ExplorerOptions`): per run, ``responses_per_step``
 (prompt_index, sample_index) keys chosen by a seeded shuffle
@@ -41,9 +40,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from hed.analysis.advantage_shaping import AdvantageShapingParams
 from hed.core.advantage import response_advantages
 from hed.errors import ConfigError
 from hed.report import token_report as tr
+from hed.report.explorer.advantages import attach, index_entry
 from hed.report.explorer.options import ExplorerOptions
 from hed.report.page_common import fill, page_asset
 from hed.report.token_report import inputs as tri
@@ -214,6 +215,7 @@ def build_explorer(
     figure2: pd.DataFrame | None = None,
     title: str = "HED study explorer",
     tokenizers: Mapping[str, Any] | None = None,
+    shaping: AdvantageShapingParams | None = None,
 ) -> dict[str, Any]:
     """The explorer's data: an index (runs, steps, Figure 2 rows, notes) and one block per step.
 
@@ -226,6 +228,8 @@ def build_explorer(
             correct responses of the step).
         title: page title.
         tokenizers: ``{run: tokenizer}`` naming the alternatives (else ``model_dir``'s).
+        shaping: ``analyses.advantage_shaping`` (``AdvantageShapingParams``): each graded
+            response gets ``A``, its advantage under each scheme (:mod:`.advantages`); None: none.
 
     Returns:
         ``{"index": {...}, "blocks": [...]}``: the index (``format`` :data:`FORMAT`, options,
@@ -266,6 +270,7 @@ def build_explorer(
             prompt_text,
             tokenizer=(tokenizers or {}).get(run),
             first_block=len(blocks),
+            shaping=shaping,
         )
         notes.extend(payload.pop("notes"))
         optional.update(payload.pop("optional"))
@@ -287,6 +292,7 @@ def build_explorer(
             "estimator": options.estimator,
         },
         "measures": sorted(optional),
+        "shaping": index_entry(shaping),
         "scale": {"min": tr.ENTROPY_FLOOR, "max": trp.nice_ceiling(max(max_entropy, 0.01))},
         "runs": runs,
         "notes": notes,
@@ -302,6 +308,7 @@ def _run_payload(
     *,
     tokenizer: Any | None,
     first_block: int,
+    shaping: AdvantageShapingParams | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
     sequences = {i.step: tri.as_frame(i.sequences, tr.SEQUENCE_COLUMNS) for i in items}
     all_keys = [
@@ -376,6 +383,7 @@ def _run_payload(
             }
             n_cut += response["n_tokens"] > stop - start
             shown.append(response)
+        attach(shown, records, frame, item.threshold, shaping)
         used_ids.update(columns["id"])
         used_ids.update(i for i in set(columns["kid"]) if i >= 0)
         known.update(zip(columns["id"], columns["text"], strict=True))
@@ -464,10 +472,6 @@ def _figure2_rows(
 # ------------------------------------------------------------------ rendering
 
 
-def _asset(name: str) -> str:
-    return page_asset(__package__, name)
-
-
 def render_explorer(data: Mapping[str, Any]) -> str:
     """The self-contained page for ``data`` (from :func:`build_explorer`).
 
@@ -483,8 +487,8 @@ def render_explorer(data: Mapping[str, Any]) -> str:
     index = data["index"]
     parts = {
         "TITLE": html.escape(str(index.get("title", "HED study explorer"))),
-        "CSS": _asset("page.css"),
-        "JS": _asset("page.js"),
+        "CSS": page_asset(__package__, "page.css"),
+        "JS": page_asset(__package__, "page.js"),
         "BLOCKS": "\n".join(
             f'<script type="application/json" id="hed-block-{i}">{tr.script_json(b)}</script>'
             for i, b in enumerate(data["blocks"])
@@ -492,4 +496,4 @@ def render_explorer(data: Mapping[str, Any]) -> str:
         "DATA": tr.script_json(index),
     }
     # one pass over the template: a response holding "__DATA__" is never substituted
-    return fill(_asset("page.html"), parts)
+    return fill(page_asset(__package__, "page.html"), parts)

@@ -246,6 +246,13 @@ function draw() {
 // ---------------------------------------------------------------- the token tooltip
 function tipRow(t, k, v) { const tr = el("tr"); tr.dataset.k = k;
   tr.append(el("td", "k", k), el("td", "v", v)); t.appendChild(tr); }
+// each scheme's advantage of token i, as embedded (3 significant digits, computed at build)
+function schemes(A, i) {
+  return IDX.shaping.labels.map((label, k) => {
+    const v = Array.isArray(A[k]) ? A[k][i] : A[k];
+    return label + "\u00A0" + (v === null || v === undefined ? "\u2013" : (v > 0 ? "+" : "") + v);
+  }).join(" \u00B7 ");
+}
 function showTip(body, i, x, y) {
   const r = body._r, st = body._st, R = run();
   tip.textContent = "";
@@ -261,6 +268,7 @@ function showTip(body, i, x, y) {
   tipRow(t, "position", i + " of " + r.n_tokens);
   tipRow(t, "token id", r.id[i] + (r.sp[i] ? " (special)" : ""));
   if (r.adv !== null) tipRow(t, "advantage", fmt(r.adv));
+  if (IDX.shaping && r.A) tipRow(t, "A by scheme", schemes(r.A, i));
   if (r.cov) tipRow(t, "Cov term", r.cov[i] === null ? "\u2013" : fmt(r.cov[i]));
   if (r.dlp) tipRow(t, "\u0394log p", fmt(r.dlp[i]));
   if (r.amass) tipRow(t, "anthropomorphic mass", fmt(r.amass[i]));

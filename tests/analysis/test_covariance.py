@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from hed.analysis.covariance import CovarianceSettings, kl_cov_count, step_covariance
+from hed.config.analysis_params import DynamicsParams
 from hed.core.advantage import response_advantages
 from hed.errors import ConfigError, InputDataError
 from hed.records.response_index import ResponseIndex
@@ -124,8 +125,10 @@ def test_category_outside_lexicon_is_named(tmp_path):
     ],
 )
 def test_bad_settings(params, match):
-    with pytest.raises(ConfigError, match=match):
-        CovarianceSettings.from_params(params)
+    """The covariance settings are keys of ``dynamics`` (one model: DynamicsParams)."""
+    with pytest.raises(ConfigError, match=rf"^dynamics\.{match} ") as caught:
+        DynamicsParams.of(params)
+    assert "\n" not in str(caught.value)
 
 
 def test_row_group_batches_read_row_groups_in_order_and_in_memory_datasets_too(tmp_path):

@@ -286,15 +286,27 @@ def test_dump_run_gets_a_scoring_gpu_node(root, study):
 @pytest.mark.parametrize(
     ("responses", "message"),
     [
-        ({"path": None}, "runs.dapo.responses: Value error, path is required"),
-        ({"sorce": "x"}, "runs.dapo.responses.sorce: Extra inputs are not permitted"),
-        ({"kind": "eval"}, "runs.dapo.responses.kind: Input should be 'rollout' or 'validation'"),
+        ({"path": None}, "runs.dapo.responses must be a mapping that sets path with source: verl"),
+        ({"sorce": "x"}, "unknown parameter runs.dapo.responses.sorce: did you mean"),
+        ({"kind": "eval"}, "runs.dapo.responses.kind must be one of rollout, validation"),
     ],
 )
 def test_bad_responses_section_is_one_line(root, study, responses, message):
     runs, generation = params(root, study[0], **responses)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         layout_from_params({"runs": runs, "generation": generation})
+
+
+def test_a_dump_matching_no_prompt_is_refused(tmp_path, root, study):
+    _, prompts = study
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    row = {"input": "x", "output": "y", "score": 1.0, "step": 1}
+    (dumps / "1.jsonl").write_text(json.dumps(row) + "\n")
+    runs, generation = params(root, dumps)
+    checkpoints = resolve_checkpoints(runs, generation)
+    with pytest.raises(InputDataError, match=r"1\.jsonl: none of its 1 row\(s\) matches a prompt"):
+        score_dump_shard(prompts, checkpoints, {}, generation, runs, run="dapo", step=1, shard=0)
 
 
 def test_an_empty_dump_step_writes_nothing(tmp_path, root, study):

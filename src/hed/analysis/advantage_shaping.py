@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from hed.analysis.covariance import BATCH_RECORDS
 from hed.config.model import Bool, PositiveInt
@@ -84,7 +84,10 @@ class AdvantageShapingParams(SchemeParams):
     enabled: Bool = True
     """False: the analyses pipeline leaves the table and its figure out."""
 
-    schemes: tuple[Literal[SCHEMES], ...] = SCHEMES  # type: ignore[valid-type]
+    schemes: Annotated[
+        tuple[Literal[SCHEMES], ...],  # type: ignore[valid-type]
+        Field(min_length=1, json_schema_extra={"uniqueItems": True}),
+    ] = SCHEMES
     """Schemes tabulated, names from ``grpo, dr_grpo, top_rho_mask, entropy_advantage, gtpo,
     grpo_s``; distinct, at least one."""
     batch_records: PositiveInt = BATCH_RECORDS

@@ -69,7 +69,8 @@ class ResponsesParams(Section):
         ]
         if missing:
             raise ValueError(
-                f"responses.{missing[0]} is required with source: verl_dump (docs/rollouts.md)"
+                f"a mapping that sets {' and '.join(missing)} with source: verl_dump "
+                "(docs/rollouts.md)"
             )
         return self
 

@@ -11,6 +11,7 @@ merged parameters are checked by HED before the run.
 from __future__ import annotations
 
 import json
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -140,7 +141,16 @@ def write_all(project: Path) -> list[Path]:
 
 def main(args: list[str]) -> int:
     """``python -m hed schema [PROJECT]``: write the schemas and docs/parameters.md."""
+    if args and (args[0].startswith("-") or len(args) > 1):
+        print(
+            "usage: python -m hed schema [PROJECT]  (writes PROJECT/conf/schema/*.schema.json"
+            " and PROJECT/docs/parameters.md; PROJECT: the current folder by default)"
+        )
+        return 0 if args[0] in {"-h", "--help"} else 2
     project = Path(args[0]) if args else Path.cwd()
+    if not (project / "conf").is_dir():
+        print(f"{project} has no conf/ folder: run it in HED's project folder", file=sys.stderr)
+        return 2
     for path in write_all(project):
         print(path.relative_to(project))
     return 0

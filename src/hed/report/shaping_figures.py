@@ -9,16 +9,21 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
+from hed.core.advantage_shaping import SCHEMES
 from hed.report.analysis_figures import PANEL_SIZE, colour, context, empty
 from hed.report.figures import figure_size
 from hed.report.style import DPI
 
-#: (subset, line style, label) drawn per scheme.
+#: (subset, line style, marker, label) drawn per scheme: a one-step study shows markers only.
 SUBSETS = (
-    ("high_entropy_anthropomorphic", "-", "high-entropy anthropomorphic"),
-    ("high_entropy_reasoning", "--", "high-entropy reasoning"),
+    ("high_entropy_anthropomorphic", "-", "o", "high-entropy anthropomorphic"),
+    ("high_entropy_reasoning", "--", "^", "high-entropy reasoning"),
 )
+#: A scheme's points are shifted by this share of the step range (at least 1 step) per scheme,
+#: so schemes with equal shares (grpo and grpo_s often) stay visible side by side.
+DODGE = 0.012
 
 
 def plot_advantage_shaping(table: pd.DataFrame, *, dpi: int = DPI) -> Figure:
@@ -35,7 +40,8 @@ def plot_advantage_shaping(table: pd.DataFrame, *, dpi: int = DPI) -> Figure:
     """
     rows = table[table["response"] == "all"] if len(table) else table
     runs = list(dict.fromkeys(rows["run"])) if len(rows) else []
-    schemes = list(dict.fromkeys(rows["scheme"])) if len(rows) else []
+    schemes = [s for s in SCHEMES if len(rows) and s in set(rows["scheme"])]
+    span = max(1.0, float(rows["step"].max() - rows["step"].min())) if len(rows) else 1.0
     with context():
         fig = Figure(
             figsize=figure_size(max(1, len(runs)), 1, PANEL_SIZE), dpi=dpi, layout="constrained"
@@ -46,20 +52,28 @@ def plot_advantage_shaping(table: pd.DataFrame, *, dpi: int = DPI) -> Figure:
         for ax, run in zip(axes, runs, strict=False):
             of_run = rows[rows["run"] == run]
             for i, scheme in enumerate(schemes):
-                for subset, style, _ in SUBSETS:
+                shift = (i - (len(schemes) - 1) / 2) * DODGE * span
+                for subset, style, marker, _ in SUBSETS:
                     line = of_run[(of_run["scheme"] == scheme) & (of_run["subset"] == subset)]
                     line = line.sort_values("step")
-                    ax.plot(line["step"], line["credit_share"], linestyle=style, marker="o",
-                            markersize=3, color=colour(i), linewidth=1.2)  # fmt: skip
+                    ax.plot(line["step"] + shift, line["credit_share"], linestyle=style,
+                            marker=marker, markersize=3.5, color=_colour(scheme),
+                            linewidth=1.2)  # fmt: skip
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_title(str(run))
             ax.set_xlabel("step")
             ax.set_ylabel("credit share (Σ|A|)")
             ax.set_ylim(bottom=0)
         if runs:  # one key for the colours (schemes), one for the line styles (subsets)
-            handles = [Line2D([], [], color=colour(i), label=s) for i, s in enumerate(schemes)]
-            handles += [Line2D([], [], color="0.3", linestyle=style, label=label)
-                        for _, style, label in SUBSETS]  # fmt: skip
+            handles = [Line2D([], [], color=_colour(s), label=s) for s in schemes]
+            handles += [Line2D([], [], color="0.3", linestyle=style, marker=marker, label=label)
+                        for _, style, marker, label in SUBSETS]  # fmt: skip
             fig.legend(handles=handles, loc="outside lower center", frameon=False, fontsize=6,
-                       ncol=min(len(handles), 4))  # fmt: skip
+                       ncol=2 if len(runs) == 1 else 4)  # fmt: skip
         fig.suptitle("Which advantage schemes reward hedging?")
     return fig
+
+
+def _colour(scheme: str) -> str:
+    """A scheme's colour: by its place in :data:`SCHEMES`, the same on every run and page."""
+    return colour(SCHEMES.index(scheme))

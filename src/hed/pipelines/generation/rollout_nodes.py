@@ -24,6 +24,7 @@ from hed.config.params import GenerationParams, lexicon_param
 from hed.config.prompt_params import PromptsParams
 from hed.core.grading import grade_response, normalise_reference
 from hed.core.propensity import tokenizer_word_start_ids
+from hed.errors import InputDataError
 from hed.records.sequence import GeneratedSequence
 from hed.records.shard_metadata import chat_template_settings, lexicon_sha256
 
@@ -82,7 +83,8 @@ def score_dump_shard(  # noqa: PLR0917 - Kedro passes the inputs by name
         sampled ids that differ from the canonical tokenisation).
 
     Raises:
-        InputDataError: a bad dump (:mod:`hed.records.verl_dump`).
+        InputDataError: a bad dump (:mod:`hed.records.verl_dump`), or no row of it matches a
+            prompt of the run's prompt set.
         ConfigError: no resolved checkpoint for (run, step).
         CheckpointError: the checkpoint cannot be loaded.
     """
@@ -120,6 +122,13 @@ def score_dump_shard(  # noqa: PLR0917 - Kedro passes the inputs by name
             max_response_length=int(responses.max_response_length),
             source=f"verl dump {responses.path}/{step}.jsonl",
         )
+        if rebuilt and all(r.prompt_index < 0 for r in rebuilt):
+            raise InputDataError(
+                f"{responses.path}/{step}.jsonl: none of its {len(rebuilt)} row(s) matches a "
+                "prompt of the run's prompt set (wrong prompts file or chat template?): point "
+                "raw_prompts at the dataset the run trained on (verl's data.train_files) "
+                "(docs/rollouts.md)"
+            )
         mine = [
             (i, r)
             for i, r in enumerate(rebuilt)

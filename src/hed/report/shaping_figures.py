@@ -23,7 +23,7 @@ SUBSETS = (
 )
 #: A scheme's points are shifted by this share of the step range (at least 1 step) per scheme,
 #: so schemes with equal shares (grpo and grpo_s often) stay visible side by side.
-DODGE = 0.012
+DODGE = 0.02
 
 
 def plot_advantage_shaping(table: pd.DataFrame, *, dpi: int = DPI) -> Figure:
@@ -41,7 +41,8 @@ def plot_advantage_shaping(table: pd.DataFrame, *, dpi: int = DPI) -> Figure:
     rows = table[table["response"] == "all"] if len(table) else table
     runs = list(dict.fromkeys(rows["run"])) if len(rows) else []
     schemes = [s for s in SCHEMES if len(rows) and s in set(rows["scheme"])]
-    span = max(1.0, float(rows["step"].max() - rows["step"].min())) if len(rows) else 1.0
+    steps = sorted(set(rows["step"])) if len(rows) else []
+    span = max(2.0, float(steps[-1] - steps[0])) if steps else 2.0
     with context():
         fig = Figure(
             figsize=figure_size(max(1, len(runs)), 1, PANEL_SIZE), dpi=dpi, layout="constrained"
@@ -59,7 +60,12 @@ def plot_advantage_shaping(table: pd.DataFrame, *, dpi: int = DPI) -> Figure:
                     ax.plot(line["step"] + shift, line["credit_share"], linestyle=style,
                             marker=marker, markersize=3.5, color=_colour(scheme),
                             linewidth=1.2)  # fmt: skip
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            if len(steps) <= 8:  # a tick at each step (one step: the axis step ± 1)
+                ax.set_xticks(steps)
+                if len(steps) == 1:
+                    ax.set_xlim(steps[0] - 1, steps[0] + 1)
+            else:
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_title(str(run))
             ax.set_xlabel("step")
             ax.set_ylabel("credit share (Σ|A|)")

@@ -11,7 +11,6 @@ from hed.core.advantage import group_advantages
 from hed.core.advantage_shaping import (
     SCHEMES,
     SchemeParams,
-    check_schemes,
     flat_token_advantages,
     group_token_advantages,
     scheme_params,
@@ -151,8 +150,6 @@ def test_bad_parameters_are_one_line_errors_naming_the_key():
     for rho in (0, 1.5, -0.2, True):
         with pytest.raises(ConfigError, match=r"^mini_rl\.rho = .*\(0, 1\]"):
             top_rho_threshold(np.ones(3), rho, "mini_rl.rho")
-    with pytest.raises(ConfigError, match=r"schemes must be a list"):
-        check_schemes(["gtpo", "ppo"], f"{where}.schemes")
     assert scheme_params(None, where) == SchemeParams()
 
 

@@ -99,26 +99,6 @@ def scheme_params(value: Mapping[str, Any] | SchemeParams | None, where: str) ->
     return SchemeParams.of(value, section=where)
 
 
-def check_schemes(schemes: object, where: str) -> tuple[str, ...]:
-    """Validate a list of scheme names.
-
-    Raises:
-        ConfigError: not a non-empty list of distinct names from :data:`SCHEMES`.
-    """
-    if isinstance(schemes, str):
-        schemes = [schemes]
-    if (
-        not isinstance(schemes, list | tuple)
-        or not schemes
-        or any(s not in SCHEMES for s in schemes)
-        or len(set(schemes)) != len(schemes)
-    ):
-        raise ConfigError(
-            f"{where} must be a list of distinct names from {list(SCHEMES)}, got {schemes!r}"
-        )
-    return tuple(str(s) for s in schemes)
-
-
 def top_rho_threshold(entropy: np.ndarray, rho: float, where: str = "rho") -> float:
     """τ_ρ: the ⌈ρ·N⌉-th largest of N entropies (HED's top-ρ definition, docs/aggregation.md).
 

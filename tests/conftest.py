@@ -6,6 +6,7 @@ only the first test session pays the ~20 s conversion.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,14 @@ def read_only_folder(tmp_path):
             subprocess.run(["umount", str(path)], check=False)
         else:
             path.chmod(0o755)
+
+
+@pytest.fixture(autouse=True)
+def _no_wandb_run_left_open():
+    """A test that opens a W&B run and stops half-way (a publish 'killed' on purpose) must not
+    leave it as the process's current run: the next ``wandb.init`` (a mini_rl training's)
+    would finish it and TRL's callback would then update a closed run's config."""
+    yield
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()

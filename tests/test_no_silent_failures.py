@@ -299,7 +299,8 @@ def test_a_prompt_longer_than_the_context_is_refused_before_generation(smollm2_d
         (
             ("--env", "my_stduy"),
             "ConfigError: --env my_stduy: there is no conf/my_stduy folder; did you mean --env "
-            "my_study? environments: base, local, mini_dapo, my_study, qae_repro (create "
+            "my_study? environments: base, local, mini_dapo, mini_entropy, mini_rollouts, "
+            "my_study, qae_repro (create "
             "conf/my_stduy/ for a new study) [HED_TRACEBACK=1 shows the traceback]",
         ),
     ],

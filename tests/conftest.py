@@ -191,6 +191,7 @@ def _no_wandb_run_left_open():
     leave it as the process's current run: the next ``wandb.init`` (a mini_rl training's)
     would finish it and TRL's callback would then update a closed run's config."""
     yield
-    wandb = sys.modules.get("wandb")
-    if wandb is not None and getattr(wandb, "run", None) is not None:
-        wandb.finish()
+    setup = sys.modules.get("wandb.sdk.wandb_setup")
+    singleton = getattr(setup, "singleton", None) if setup else None
+    if singleton is not None:  # every run still active, not only the module's wandb.run
+        singleton().finish_all_active_runs()

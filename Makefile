@@ -81,8 +81,13 @@ browser:
 	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
 	  $$sudo apt-get update -qq && $$sudo apt-get install -y -qq chromium >/dev/null; }
 
+# One pytest-xdist worker per CPU this process may use (at most 4: each worker loads its own
+# models), each pinned to one CPU (tests/conftest.py); whole files per worker, the files with
+# `slow` tests first. `make test TEST_WORKERS=1` runs the suite in one process.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))" 2>/dev/null || echo 1)
+
 test: install-test browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: install-test
 	$(BIN)/ruff check src tests bench scripts

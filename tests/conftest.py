@@ -11,9 +11,41 @@ from pathlib import Path
 
 import pytest
 
-from .vllm_gate import pytest_collection_modifyitems, pytest_terminal_summary  # noqa: F401
+from . import vllm_gate
+from .vllm_gate import pytest_sessionfinish, pytest_terminal_summary, pytest_testnodedown  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The vLLM gate (tests/vllm_gate.py), then every file holding a ``slow`` test first.
+
+    ``make test`` hands whole files to its xdist workers in this order (``--dist loadfile``):
+    the long end-to-end files start first and the short ones fill in at the end, instead of
+    one long file running alone after the rest.
+    """
+    vllm_gate.pytest_collection_modifyitems(config, items)
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: files keep their own order
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``make test`` runs one worker per CPU), pin each worker to one CPU.
+
+    Each worker is then a one-CPU process, as HED sees it (``hed.core.cpus.allowed_cpus``
+    reads the affinity; the ``kedro run`` subprocesses a test starts inherit it), so two
+    workers' torch thread pools never spin against each other on the same cores.
+    """
+    import os
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[int(worker[2:]) % len(cpus)]})
+    os.environ["OMP_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
 
 
 def field_defaults(model: type) -> dict:
@@ -22,6 +54,8 @@ def field_defaults(model: type) -> dict:
         name: ... if info.is_required() else info.get_default(call_default_factory=True)
         for name, info in model.model_fields.items()
     }
+
+
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 MODEL_CACHE = REPO_ROOT / ".pytest_cache" / "hed_models"
 

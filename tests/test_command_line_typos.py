@@ -78,6 +78,7 @@ def test_a_misspelt_runner_names_the_closest_runner(project, runner, line):
     ],
     ids=["nodes", "datasets"],
 )
+@pytest.mark.slow
 def test_the_listing_command_of_a_study_carries_its_environment(project, args, listing, lister):
     line = last_line(project, *args)
     assert listing in line, line

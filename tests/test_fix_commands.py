@@ -309,6 +309,7 @@ def printed_command(message: str) -> str:
     return found.group(1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES), ids=list(CASES))
 def test_the_printed_commands_bring_the_study_to_a_clean_state(request, tmp_path, name):
     case = CASES[name]

@@ -76,6 +76,7 @@ def test_every_dataset_of_an_environment_lies_under_its_own_data_root(env):
     assert not set(base.values()) & set(study.values())
 
 
+@pytest.mark.slow
 def test_base_reporting_after_a_study_run_reads_only_base_data(project):
     write_yaml(project / "conf/my_study/globals.yml", {"data_root": "data/my_study"})
     run_kedro(project, env="my_study", params=TINY)
@@ -204,6 +205,7 @@ def test_checkpoints_differing_in_one_weight_have_different_fingerprints(tmp_pat
     assert checkpoint_fingerprint(folders[0]) == {**a}  # deterministic
 
 
+@pytest.mark.slow
 def test_reuse_of_shards_of_a_retrained_checkpoint_is_refused(tmp_path, smollm2_dir, monkeypatch):
     monkeypatch.setattr(layout, "_session", layout.active_session())
     project = tmp_path / "project"
@@ -435,6 +437,7 @@ def test_ctrl_c_reports_interrupted_with_the_resume_command(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_gpu_runner_logs_name_the_cpu_and_hold_no_child_warnings(tmp_path, smollm2_dir):
     import torch
 

@@ -50,6 +50,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[_NOT_RUN] = (names, reason)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its deselected names to the controller, which prints the line."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None and _NOT_RUN in session.config.stash:
+        output["hed_vllm_not_run"] = session.config.stash[_NOT_RUN]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist's controller: keep what a worker deselected (every worker deselects the same)."""
+    not_run = getattr(node, "workeroutput", {}).get("hed_vllm_not_run")
+    if not_run is not None:
+        names, reason = not_run
+        node.config.stash[_NOT_RUN] = (list(names), reason)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """The one line: which tests did not run and why."""
     if _NOT_RUN not in config.stash:

@@ -47,6 +47,7 @@ def _refusal(project: Path, pipeline: str, params: dict | None = None) -> str:
     return message
 
 
+@pytest.mark.slow
 def test_reporting_after_a_rho_change_on_the_command_line_refuses(reported):
     message = _refusal(reported, "reporting", {"aggregation": {"top_entropy_frac": 0.1}})
     assert message.startswith("StaleInputError: ")

@@ -126,6 +126,7 @@ CHAIN_OUTPUTS = [
 ]
 
 
+@pytest.mark.slow
 def test_records_tables_and_figures_land_on_the_object_store(s3_chain, uninterrupted_small_step):
     project, _, objects = s3_chain
     for relative in CHAIN_OUTPUTS:
@@ -158,6 +159,7 @@ def assert_shards_on_the_object_store(prefix: str, local_project: Path) -> None:
             assert fs.cat(remote) == local_file.read_bytes(), remote
 
 
+@pytest.mark.slow
 def test_gpu_runner_writes_the_shards_of_its_node_processes_to_the_object_store(
     s3_server, tmp_path, smollm2_dir, uninterrupted_small_step
 ):
@@ -171,6 +173,7 @@ def test_gpu_runner_writes_the_shards_of_its_node_processes_to_the_object_store(
     assert_shards_on_the_object_store("gpu_runner", uninterrupted_small_step[0])
 
 
+@pytest.mark.slow
 def test_ray_runner_writes_the_shards_of_its_tasks_to_the_object_store(
     s3_server, tmp_path, smollm2_dir, uninterrupted_small_step
 ):

@@ -101,6 +101,7 @@ def test_a_refused_run_waits_for_facts_the_holder_has_not_written_yet(tmp_path, 
         held.release()
 
 
+@pytest.mark.slow
 def test_two_kedro_runs_started_in_the_same_instant_one_runs_the_other_is_refused(tmp_path):
     """30 times: two `kedro run`s on one data root take the lock at the same instant
     (tests/io/run_lock_race.py); exactly one runs, the other is refused naming it."""

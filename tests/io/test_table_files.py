@@ -55,6 +55,7 @@ def test_a_damaged_input_table_names_its_file_and_the_command_that_rewrites_it(
     )
 
 
+@pytest.mark.slow
 def test_a_table_without_rows_is_refused_rather_than_an_empty_figure2(project):
     path = latest(project / SUMMARY)
     path.write_text(path.read_text().splitlines(keepends=True)[0])  # the header alone

@@ -69,6 +69,7 @@ def interrupt_generation(project: Path, *runner_args: str) -> tuple[int, str]:
     ],
     ids=["GPURunner", "SequentialRunner"],
 )
+@pytest.mark.slow
 def test_ctrl_c_ends_in_the_documented_line_with_the_resume_command(
     tmp_path, smollm2_dir, runner_args
 ):

@@ -84,6 +84,7 @@ def test_a_misspelt_runner_param_is_refused():
         RayRunner(gpus=2)
 
 
+@pytest.mark.slow
 def test_gpu_nodes_are_ray_tasks_with_one_gpu_each_in_fresh_processes(local_ray, tmp_path, caplog):
     assert local_ray["GPU"] == 2
     names = ["shard_a", "shard_b", "shard_c", "shard_d"]
@@ -114,6 +115,7 @@ def test_gpu_nodes_are_ray_tasks_with_one_gpu_each_in_fresh_processes(local_ray,
         ) in caplog.text
 
 
+@pytest.mark.slow
 def test_gpu_nodes_are_submitted_in_run_step_shard_order(local_ray, tmp_path):
     namespaces = ["r.step_10.shard_0", "r.step_2.shard_1", "r.step_2.shard_0", "r.step_1.shard_0"]
     nodes = [
@@ -138,6 +140,7 @@ def test_gpu_nodes_are_submitted_in_run_step_shard_order(local_ray, tmp_path):
     assert waited >= max(starts[ns] for ns in first_two) + 0.4
 
 
+@pytest.mark.slow
 def test_a_killed_task_is_reported_with_the_resume_command_while_the_others_finish(
     local_ray, tmp_path, monkeypatch
 ):
@@ -180,6 +183,7 @@ def _shard_files(project: Path) -> dict[str, bytes]:
     return files
 
 
+@pytest.mark.slow
 def test_the_demo_chain_on_ray_matches_sequential_runner(
     local_ray, tmp_path, smollm2_dir, uninterrupted_small_step
 ):

@@ -7,6 +7,7 @@ import json
 import os
 import textwrap
 
+import pytest
 from kedro.pipeline import Node, Pipeline
 
 from hed.runners.ray import RayRunner
@@ -16,6 +17,7 @@ from tests.runners.test_ray_runner import gpu_nodes, json_catalog, read
 from tests.runners.test_runners import PROJECT_FILES, kedro_run, markers
 
 
+@pytest.mark.slow
 def test_every_gpu_node_runs_on_the_node_that_has_the_gpus(tmp_path):
     names = ["shard_a", "shard_b", "shard_c"]
     nodes = [
@@ -32,6 +34,7 @@ def test_every_gpu_node_runs_on_the_node_that_has_the_gpus(tmp_path):
     assert read(tmp_path, "here")["pid"] == os.getpid()
 
 
+@pytest.mark.slow
 def test_kedro_run_with_ray_runs_project_hooks_in_tasks_and_resumes(tmp_path):
     """The small project of test_runners.py through ``kedro run --runner hed.runners.RayRunner``
     (a local cluster it starts itself): hooks fire in the tasks, `bad` fails, the resume command

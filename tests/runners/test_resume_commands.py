@@ -67,6 +67,7 @@ def _printed_command(output: str) -> str:
     return commands[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", [(), GPU_RUNNER], ids=["sequential", "gpu_runner"])
 def test_the_printed_command_after_an_aggregation_failure_runs_to_the_end(generated, runner):
     merged = generated / MERGED_FOLDER / "step_0.parquet"

@@ -189,6 +189,7 @@ def test_other_nodes_run_in_the_parent_process(two_gpu_run):
     assert read(folder, "here")["pid"] == os.getpid()
 
 
+@pytest.mark.slow
 def test_gpu_nodes_are_dispatched_in_run_step_shard_order(tmp_path, monkeypatch):
     # All three become ready together, when the in-memory `prompts` is made in this process;
     # Kedro then submits them one by one, in no set order. Slow that down, so that a free GPU
@@ -444,6 +445,7 @@ def failed_cli_run(tmp_path_factory) -> tuple[Path, int, int, str]:
     return project, *kedro_run(project, [*args, "--runner-params", "gpus=0:1"])
 
 
+@pytest.mark.slow
 def test_project_hooks_run_in_the_node_processes(failed_cli_run):
     project, kedro_pid, _, _ = failed_cli_run
     [good_marker] = markers(project, "good")
@@ -576,6 +578,7 @@ def test_max_workers_is_kedro_s_name_for_cpu_workers():
         GPURunner(gpus="cpu", cpu_workers=2, max_workers=3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spelling", ["4:5:6:7", "4-7", "[4,5,6,7]", "882367 from kedro run"])
 def test_each_spelling_gives_the_children_gpus_4_to_7(tmp_path, monkeypatch, spelling):
     """Four ``gpu`` nodes on four slots: the children see CUDA_VISIBLE_DEVICES 4, 5, 6, 7."""

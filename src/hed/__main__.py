@@ -2,15 +2,28 @@
 
 `python -m hed doctor [--env ENV] [--ray-address ADDR]` is the environment check
 (:mod:`hed.io.doctor`, docs/install.md); `python -m hed schema` writes the parameters files'
-JSON Schemas and docs/parameters.md (:mod:`hed.config.schema`); anything else is Kedro's
-project CLI.
+JSON Schemas and docs/parameters.md (:mod:`hed.config.schema`); `python -m hed --help` lists
+both, then the run options; anything else is Kedro's project CLI.
 """
 
 import sys
 from pathlib import Path
 
+#: What ``python -m hed --help`` prints before the ``run`` options (Kedro's help lists only those).
+COMMANDS = """\
+Usage: python -m hed [doctor | schema | RUN OPTIONS]
+
+  doctor   the environment check, one line per fact with its fix (--env ENV, --ray-address ADDR)
+  schema   write the parameters files' JSON Schemas (conf/schema/) and docs/parameters.md
+  (none)   kedro run, with the options below
+Also as Kedro commands: kedro run, kedro hed doctor, kedro hed schema, and kedro hed
+refresh-mass (the mass columns brought to a changed lexicon without re-sampling).
+"""
+
 
 def main(*args, **kwargs) -> None:
+    if sys.argv[1:2] in (["--help"], ["-h"]) and not args and not kwargs:
+        print(COMMANDS)
     if sys.argv[1:2] == ["doctor"] and not args and not kwargs:
         from hed.io.doctor import main as doctor
 

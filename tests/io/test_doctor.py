@@ -328,3 +328,21 @@ def test_an_unwritable_data_root_fails_its_line(read_only_folder, monkeypatch, c
         f"✗ data root data/ro is not writable ({reason}) — fix: make it writable or set "
         "data_root in conf/<env>/globals.yml to another folder"
     )
+
+
+def test_python_m_hed_help_lists_hed_s_commands_then_the_run_options(tmp_path):
+    """``python -m hed --help``: Kedro's help of ``run`` alone hid ``doctor`` and ``schema``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "hed", "--help"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == "Usage: python -m hed [doctor | schema | RUN OPTIONS]"
+    assert [line.split()[0] for line in lines[2:5]] == ["doctor", "schema", "(none)"]
+    assert "kedro hed refresh-mass" in done.stdout.replace("\n", " ")
+    assert "--pipelines" in done.stdout  # then the run options, as before

@@ -272,6 +272,18 @@ def test_missing_generating_checkpoint_is_refused_in_one_line(tmp_path, root):
         layout_from_params({"runs": runs, "generation": generation})
 
 
+def test_a_missing_dump_folder_or_step_is_refused_when_checkpoints_are_resolved(tmp_path, root):
+    runs, generation = params(root, tmp_path / "no_dumps")
+    runs["dapo"]["steps"] = [1]  # listed steps: the layout does not read the folder
+    with pytest.raises(InputDataError, match=r"verl dump folder .*no_dumps does not exist"):
+        resolve_checkpoints(runs, generation)
+    (tmp_path / "no_dumps").mkdir()
+    (tmp_path / "no_dumps" / "2.jsonl").write_text('{"input": "q", "output": "a", "score": 1}\n')
+    missing = r"1\.jsonl does not exist \(the folder has steps \[2\]\)"
+    with pytest.raises(InputDataError, match=missing):
+        resolve_checkpoints(runs, generation)
+
+
 def test_dump_run_gets_a_scoring_gpu_node(root, study):
     dumps, _ = study
     runs, generation = params(root, dumps)

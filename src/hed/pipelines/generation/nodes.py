@@ -168,10 +168,14 @@ def resolve_checkpoints(
 
 def _model_dir(run: Any, step: int) -> Any:
     """The checkpoint of (run, step): for a run scoring a verl dump, the one that generated
-    dump step ``step`` (:func:`hed.decode.rollouts.generating_model_dir`)."""
+    dump step ``step`` (:func:`hed.decode.rollouts.generating_model_dir`), once its
+    ``<step>.jsonl`` is known to exist (a missing dump is refused here, at the first node,
+    not at its scoring node)."""
     if run.responses.from_dump:
         from hed.decode.rollouts import generating_model_dir
+        from hed.records.verl_dump import dump_file
 
+        dump_file(run.responses.path, step)
         return generating_model_dir(run.checkpoint_root, step, run.responses.kind)
     return model_dir_for_step(run.checkpoint_root, step)
 

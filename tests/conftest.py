@@ -22,11 +22,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     ``make test`` hands whole files to its xdist workers in this order (``--dist loadfile``):
     the long end-to-end files start first and the short ones fill in at the end, instead of
-    one long file running alone after the rest.
+    one long file running alone after the rest. The ``ray`` files, which run one at a time
+    (:func:`_one_ray_cluster_at_a_time`), are spread over the slow ones so that a worker
+    rarely waits for the other's cluster.
     """
     vllm_gate.pytest_collection_modifyitems(config, items)
+    files = list(dict.fromkeys(item.path for item in items))
     slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)  # stable: files keep their own order
+    ray = [f for f in files if f in {i.path for i in items if i.get_closest_marker("ray")}]
+    order = [f for f in files if f in slow and f not in ray]
+    for k, file in enumerate(ray):
+        order.insert(k * (len(order) + k) // max(1, len(ray)), file)
+    order += [f for f in files if f not in order]
+    rank = {file: i for i, file in enumerate(order)}
+    items.sort(key=lambda item: rank[item.path])  # stable: a file's tests keep their order
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,10 +71,17 @@ MODEL_CACHE = REPO_ROOT / ".pytest_cache" / "hed_models"
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
-    """HuggingFace folder of the embedded SmolLM2-135M-Instruct (a ``global_step_0/actor_hf``)."""
+    """HuggingFace folder of the embedded SmolLM2-135M-Instruct (a ``global_step_0/actor_hf``).
+
+    Converted by one xdist worker while the others wait on the lock (a second conversion would
+    replace the folder another worker is reading)."""
+    from filelock import FileLock
+
     from hed.decode.embedded import ensure_embedded_checkpoint
 
-    return ensure_embedded_checkpoint(MODEL_CACHE / "smollm2" / "global_step_0" / "actor_hf")
+    MODEL_CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(MODEL_CACHE / "smollm2.lock"):
+        return ensure_embedded_checkpoint(MODEL_CACHE / "smollm2" / "global_step_0" / "actor_hf")
 
 
 @pytest.fixture(scope="session")
@@ -217,6 +233,22 @@ def read_only_folder(tmp_path):
             subprocess.run(["umount", str(path)], check=False)
         else:
             path.chmod(0o755)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_ray_cluster_at_a_time(request):
+    """A module marked ``ray`` holds a file lock while it runs, so xdist workers never run two
+    Ray clusters at once: ``ray.cluster_utils.Cluster`` records its address on the machine,
+    and a plain ``ray.init()`` (a ``kedro run --runner hed.runners.RayRunner``) in another
+    worker would join that cluster instead of starting its own."""
+    if request.node.get_closest_marker("ray") is None:
+        yield
+        return
+    from filelock import FileLock
+
+    MODEL_CACHE.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(MODEL_CACHE.parent / "ray_cluster.lock"):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -35,6 +35,8 @@ from tests.project_copy import (
 from tests.ray_cluster import local_cluster
 from tests.s3_server import BUCKET, moto_s3, s3
 
+pytestmark = pytest.mark.ray  # one Ray cluster at a time (tests/conftest.py)
+
 ENV = "s3_demo"
 
 

@@ -30,6 +30,8 @@ from tests.project_copy import (
 from tests.ray_cluster import local_cluster
 from tests.runners.test_runners import sleeping
 
+pytestmark = pytest.mark.ray  # one Ray cluster at a time (tests/conftest.py)
+
 
 def json_catalog(folder: Path, names: list[str]) -> DataCatalog:
     return DataCatalog(

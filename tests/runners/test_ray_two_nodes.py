@@ -16,6 +16,8 @@ from tests.ray_cluster import two_node_cluster
 from tests.runners.test_ray_runner import gpu_nodes, json_catalog, read
 from tests.runners.test_runners import PROJECT_FILES, kedro_run, markers
 
+pytestmark = pytest.mark.ray  # one Ray cluster at a time (tests/conftest.py)
+
 
 @pytest.mark.slow
 def test_every_gpu_node_runs_on_the_node_that_has_the_gpus(tmp_path):

@@ -56,7 +56,7 @@ def test_the_mini_entropy_environment_parses_into_six_runs_differing_by_one_meth
         "mini_entropy_symmetric": {"epsilon_high": 0.2},
         "mini_entropy_clip_higher": {},
         "mini_entropy_top20": {"top_entropy_quantile": 0.2},
-        "mini_entropy_entropy_bonus": {"entropy_coef": 0.005},
+        "mini_entropy_entropy_bonus": {"entropy_coef": 0.001},
         "mini_entropy_entropy_advantage": {},
         "mini_entropy_gtpo": {},
     }
@@ -69,7 +69,7 @@ def test_the_mini_entropy_environment_parses_into_six_runs_differing_by_one_meth
     assert shaping["mini_entropy_gtpo"] == ShapingSpec("gtpo", SchemeParams())
     assert [run for run, spec in shaping.items() if spec is None] == list(ENV_RUNS[:4])
     assert len({s.fingerprint("d", "m") for s in specs}) == 6
-    assert {s.save_steps for s in specs} == {(0, 8, 16)}
+    assert {s.save_steps for s in specs} == {(0, 6, 12)}
     roles = {run: cfg["role"] for run, cfg in params["runs"].items()}
     assert roles == {run: "without_clip" if run == ENV_RUNS[0] else "with_clip" for run in ENV_RUNS}
 

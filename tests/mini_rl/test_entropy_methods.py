@@ -275,7 +275,7 @@ def test_the_mini_entropy_default_run_trains_every_run_then_analyses_each():
         names = {node.name for node in register_pipelines()["__default__"].nodes}
     assert {f"{run}.train_policy" for run in ENV_RUNS} <= names
     assert {
-        f"{run}.step_{step}.shard_0.generate_shard" for run in ENV_RUNS for step in (0, 8, 16)
+        f"{run}.step_{step}.shard_0.generate_shard" for run in ENV_RUNS for step in (0, 6, 12)
     } <= names
     assert {
         "build_runs_comparison", "plot_figure2", "tabulate_advantage_shaping",

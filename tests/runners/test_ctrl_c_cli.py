@@ -29,12 +29,28 @@ SLOW_STEP["generation"]["max_new_tokens"] = 64
 SHARD_NODES = ",".join(f"smollm2_demo.step_0.shard_{k}.generate_shard" for k in range(4))
 
 
+@contextlib.contextmanager
+def sigint_not_ignored():
+    """Start children with SIGINT's default action, as a terminal's shell does.
+
+    An ignored SIGINT is inherited across exec, and Python then installs no KeyboardInterrupt
+    handler: under ``cmd &`` in a shell without job control (a CI script, ``nohup``) the whole
+    test session, and so every ``kedro run`` it starts, ignores Ctrl-C. A Python handler is
+    reset to the default at exec, so setting one here is enough.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def interrupt_generation(project: Path, *runner_args: str) -> tuple[int, str]:
     """Start ``kedro run --pipelines generation <runner_args>`` in its own process group, send
     SIGINT to the group (what a terminal's Ctrl-C does) once a shard is generating; return
     (exit status, output)."""
     log_path = project / "interrupted.log"
-    with log_path.open("w") as log:
+    with log_path.open("w") as log, sigint_not_ignored():
         process = subprocess.Popen(
             kedro_command("run", "--pipelines", "generation", *runner_args),
             cwd=project,

@@ -24,6 +24,7 @@ refresh-mass (the mass columns brought to a changed lexicon without re-sampling)
 def main(*args, **kwargs) -> None:
     if sys.argv[1:2] in (["--help"], ["-h"]) and not args and not kwargs:
         print(COMMANDS)
+        sys.argv[1] = "--help"  # Kedro's run command knows only --help
     if sys.argv[1:2] == ["doctor"] and not args and not kwargs:
         from hed.io.doctor import main as doctor
 

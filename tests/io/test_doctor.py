@@ -346,3 +346,14 @@ def test_python_m_hed_help_lists_hed_s_commands_then_the_run_options(tmp_path):
     assert [line.split()[0] for line in lines[2:5]] == ["doctor", "schema", "(none)"]
     assert "kedro hed refresh-mass" in done.stdout.replace("\n", " ")
     assert "--pipelines" in done.stdout  # then the run options, as before
+    short = subprocess.run(
+        [sys.executable, "-m", "hed", "-h"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert short.returncode == 0, short.stderr  # -h as --help (Click's run knows only --help)
+    assert short.stdout.splitlines()[:5] == lines[:5] and "--pipelines" in short.stdout

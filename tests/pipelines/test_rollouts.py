@@ -275,7 +275,8 @@ def test_missing_generating_checkpoint_is_refused_in_one_line(tmp_path, root):
 def test_a_missing_dump_folder_or_step_is_refused_when_checkpoints_are_resolved(tmp_path, root):
     runs, generation = params(root, tmp_path / "no_dumps")
     runs["dapo"]["steps"] = [1]  # listed steps: the layout does not read the folder
-    with pytest.raises(InputDataError, match=r"verl dump folder .*no_dumps does not exist"):
+    folder_missing = r"runs\.dapo\.responses\.path: verl dump folder .*no_dumps does not exist"
+    with pytest.raises(InputDataError, match=folder_missing):
         resolve_checkpoints(runs, generation)
     (tmp_path / "no_dumps").mkdir()
     (tmp_path / "no_dumps" / "2.jsonl").write_text('{"input": "q", "output": "a", "score": 1}\n')

@@ -175,7 +175,10 @@ def _model_dir(run: Any, step: int) -> Any:
         from hed.decode.rollouts import generating_model_dir
         from hed.records.verl_dump import dump_file
 
-        dump_file(run.responses.path, step)
+        try:
+            dump_file(run.responses.path, step)
+        except InputDataError as exc:
+            raise InputDataError(f"runs.{run.name}.responses.path: {exc}") from None
         return generating_model_dir(run.checkpoint_root, step, run.responses.kind)
     return model_dir_for_step(run.checkpoint_root, step)
 

@@ -1769,7 +1769,7 @@ def strict_preflight(runs: dict[str, Any], reporting: dict[str, Any], metrics: d
     from kedro.io import MemoryDataset
     from kedro.pipeline import Pipeline
 
-    from hed.config.preflight import check_parameters
+    from hed.hooks.parameters import check_parameters
 
     sections = {"runs": runs, "reporting": reporting, "metrics": metrics}
     pipeline = Pipeline([Node(lambda *a: a[0], [f"params:{k}" for k in sections], "out")])
@@ -1825,8 +1825,8 @@ def _(t: Ctx) -> Expect:
     from kedro.io import MemoryDataset
     from kedro.pipeline import Pipeline
 
-    from hed.config.preflight import check_reused_shards
     from hed.decode.checkpoints import checkpoint_fingerprint
+    from hed.io.reused_shards import check_reused_shards
 
     model = hf_folder(t.tmp / "ckpt" / "global_step_0" / "actor_hf")
     generation = {"num_shards": 1, "samples_per_prompt": 1, "max_new_tokens": 4}

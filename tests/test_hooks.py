@@ -216,7 +216,6 @@ def test_a_stale_dataset_is_named_with_the_pipeline_that_writes_it_in_the_runs_o
     assert fix("smollm2_demo.step_0.token_records") == []
 
 
-
 def test_one_hook_checks_a_runs_inputs_and_it_runs_first():
     """Missing, stale and damaged inputs are checked by one hook (hed.hooks.inputs), registered
     last in settings.HOOKS so pluggy calls its before_pipeline_run first (before the run lock)."""

@@ -75,4 +75,3 @@ def test_kedro_run_with_hed_runners_gpurunner(tmp_path):
     good = json.loads((tmp_path / "data/good.json").read_text())
     assert good["pid"] != kedro_pid  # a gpu node: its own process
     assert (tmp_path / "data/after_bad.json").exists()  # the last node of the chain ran
-

@@ -17,8 +17,8 @@ from hed.config.analysis_params import (
     analyses_params,
     dynamics_params,
 )
-from hed.config.preflight import TYPED_SECTIONS, hand_to_nodes, parsed_sections
 from hed.errors import ConfigError
+from hed.hooks.parameters import TYPED_SECTIONS, hand_to_nodes, parsed_sections
 
 from ..conftest import field_defaults
 

@@ -133,7 +133,7 @@ def test_params_runs_is_parsed_once_and_handed_to_the_nodes_as_the_layout(tmp_pa
     from kedro.pipeline import Node, Pipeline
 
     from hed.config.layout import RUN_DEFAULTS, RunParams, StudyLayout, configured_steps, run_roles
-    from hed.config.preflight import hand_to_nodes, parsed_sections
+    from hed.hooks.parameters import hand_to_nodes, parsed_sections
 
     (tmp_path / "global_step_5" / "actor_hf").mkdir(parents=True)
     (tmp_path / "global_step_5" / "actor_hf" / "config.json").write_text("{}")

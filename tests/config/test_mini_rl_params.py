@@ -16,8 +16,8 @@ from hed.config.mini_rl import (
     mini_rl_params,
     task_params,
 )
-from hed.config.preflight import hand_to_nodes, parsed_sections
 from hed.errors import ConfigError
+from hed.hooks.parameters import hand_to_nodes, parsed_sections
 
 from ..conftest import field_defaults
 

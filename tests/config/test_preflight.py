@@ -6,8 +6,8 @@ import pytest
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Node, Pipeline
 
-from hed.config.preflight import check_parameters
 from hed.errors import ConfigError
+from hed.hooks.parameters import check_parameters
 
 GENERATION = {"num_shards": 1, "samples_per_prompt": 2, "max_new_tokens": 8, "dtype": "auto"}
 AGGREGATION = {"top_entropy_frac": 0.2, "lexicon": {"anthropomorphic": ["wait"]}}
@@ -96,7 +96,7 @@ def test_a_bad_figure_style_is_refused_before_the_first_node_in_one_line(section
 
 
 def test_the_figure_style_reaches_the_nodes_parsed():
-    from hed.config.preflight import parsed_sections
+    from hed.hooks.parameters import parsed_sections
     from hed.report.style import FigureStyle
 
     sections = {"reporting": {**REPORTING, "figure2": {"dpi": 72}}, "dynamics": None}

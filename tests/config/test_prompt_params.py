@@ -6,10 +6,10 @@ import pytest
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Node, Pipeline
 
-from hed.config.preflight import hand_to_nodes, parsed_sections
 from hed.config.prompt_params import PromptsParams, prompts_params
 from hed.decode.prompts import PromptRendering
 from hed.errors import ConfigError
+from hed.hooks.parameters import hand_to_nodes, parsed_sections
 
 
 def test_prompts_defaults():

@@ -9,7 +9,6 @@ import pytest
 import yaml
 from kedro.pipeline import Pipeline
 
-from hed.config.preflight import check_parameters
 from hed.config.publish import (
     HubPublishParams,
     PublishParams,
@@ -19,6 +18,7 @@ from hed.config.publish import (
 from hed.config.sections import check_unknown_keys
 from hed.errors import ConfigError
 from hed.hooks import session_data_root
+from hed.hooks.parameters import check_parameters
 from hed.pipelines.publish import create_pipeline
 
 from ..conftest import REPO_ROOT, field_defaults
@@ -142,8 +142,8 @@ def test_a_bad_value_is_refused_in_one_line(raw, message):
 def test_the_pre_run_check_hands_publish_params_to_the_nodes():
     from kedro.io import DataCatalog, MemoryDataset
 
-    from hed.config.preflight import hand_to_nodes, parsed_sections
     from hed.config.publish import PublishParams
+    from hed.hooks.parameters import hand_to_nodes, parsed_sections
 
     pipeline = create_pipeline(params={"publish": {}})
     catalog = DataCatalog({"params:publish": MemoryDataset({"git_lfs": False})})

@@ -12,9 +12,9 @@ from kedro.pipeline import Node, Pipeline
 
 from hed.analysis.rescoring import RESCORING_DEFAULTS, RescoringParams, rescoring_section
 from hed.config.params import AggregationParams, GenerationParams, ReportingParams, VLLMParams
-from hed.config.preflight import hand_to_nodes, parsed_sections
 from hed.config.prompt_params import PromptsParams
 from hed.decode.types import SamplingParams, VLLMSettings
+from hed.hooks.parameters import hand_to_nodes, parsed_sections
 from hed.pass1 import config as pass1_config
 
 BASE = Path(__file__).resolve().parents[2] / "conf" / "base"

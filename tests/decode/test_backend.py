@@ -174,11 +174,11 @@ def test_generate_shard_is_a_short_node_over_open_backend():
 def test_the_plain_types_load_without_torch():
     code = (
         "import sys; import hed.decode.types, hed.decode.backend, hed.records.shard_parts, "
-        "hed.config.params, hed.config.preflight, hed.analysis.rescoring; "
+        "hed.config.params, hed.hooks.parameters, hed.io.reused_shards, hed.analysis.rescoring; "
         "print(sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert out.stdout.strip().splitlines()[-1] == "[]"  # after Kedro's logging-config line
 
 
 def test_the_hf_backend_yields_what_generate_sequences_yields(tiny_model_dir):

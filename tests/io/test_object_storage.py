@@ -231,9 +231,9 @@ def test_publish_copies_the_files_from_the_object_store(s3_chain):
     assert len(shaping) == 2, manifest["files"]
     for name, entry in manifest["files"].items():
         layer = "04_feature" if entry["source"].endswith(".csv") and entry in shaping else ""
-        assert entry["source"].startswith(
-            f"s3://{BUCKET}/chain/data/{layer or '08_reporting'}/"
-        ), entry
+        assert entry["source"].startswith(f"s3://{BUCKET}/chain/data/{layer or '08_reporting'}/"), (
+            entry
+        )
         assert (folder / name).read_bytes() == fs.cat(entry["source"].removeprefix("s3://"))
 
 

@@ -7,8 +7,8 @@ import pytest
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Node, Pipeline
 
-from hed.config.preflight import hand_to_nodes, parsed_sections
 from hed.errors import ConfigError
+from hed.hooks.parameters import hand_to_nodes, parsed_sections
 from hed.pass1.config import (
     MetricsParams,
     RunPass1Config,
@@ -62,8 +62,7 @@ def test_every_run_is_parsed_with_the_wandb_defaults_filled_in():
         ),
         (
             {"wandb_defaults": ["val/acc"]},
-            "metrics.wandb_defaults must be a mapping (`wandb_defaults: {...}`), "
-            "got ['val/acc']",
+            "metrics.wandb_defaults must be a mapping (`wandb_defaults: {...}`), got ['val/acc']",
         ),
         (
             {"runs": {"a": {"sources": {"csv": {"path": "x.csv", "scale": "ratio"}}}}},

@@ -205,7 +205,7 @@ def test_second_run_reuses_checkpoints_and_wandb_runs(trained):
     """The second run gets the sections as the pre-run check hands them (parsed, typed): the
     runs are reused, so the typed sections give the training fingerprint of the raw dicts."""
     from hed.config.mini_rl import MiniRLParams, TaskParams
-    from hed.config.preflight import hand_to_nodes, parsed_sections
+    from hed.hooks.parameters import hand_to_nodes, parsed_sections
 
     tmp_path, params, first = trained
     stamps = {

@@ -4,7 +4,7 @@
 the figures' style) and :class:`AnalysesParams` (``params:analyses``: the reference run, the
 sampler–trainer mismatch, the trainer's entropy, Δlog p, the figures' dpi) are parsed by
 ``DynamicsParams.of`` / ``AnalysesParams.of`` (aliases :func:`dynamics_params`,
-:func:`analyses_params`) in the pre-run check (:func:`hed.config.preflight.parsed_sections`)
+:func:`analyses_params`) in the pre-run check (:func:`hed.hooks.parameters.parsed_sections`)
 and handed to the nodes, which read attributes. Each field declares its type, range and
 default once; the defaults' values come from the analysis module that uses them
 (:data:`hed.core.advantage.ESTIMATORS`, :mod:`hed.analysis.covariance`,

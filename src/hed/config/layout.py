@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import WithJsonSchema
+from pydantic import BeforeValidator, ValidationInfo, WithJsonSchema
 
 from hed.config.model import Bool, Section
 from hed.config.params import GenerationParams
@@ -55,6 +55,28 @@ _RUN_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 DEFAULT_DATA_ROOT = "data"
 
 
+def _run_steps(steps: Any, info: ValidationInfo) -> Any:
+    """``all``, or the listed steps as a sorted tuple (one step is a list of one).
+
+    Raises:
+        ConfigError: a step listed twice (``runs.<run>.steps lists a step twice: [1, 1]``) or
+            not a non-negative integer (the run's name from the validation context).
+        ValueError: neither ``all`` nor a non-empty list.
+    """
+    if steps == "all":
+        return steps
+    listed = [steps] if is_integer(steps) else steps
+    if not isinstance(listed, list | tuple) or not listed:
+        raise ValueError("a non-empty list of integers or 'all'")
+    key = f"{(info.context or {}).get('section', RunParams.section)}.steps"
+    bad = next((step for step in listed if not is_integer(step) or step < 0), None)
+    if bad is not None:
+        raise ConfigError(f"{key}: {bad!r} is not a non-negative integer step")
+    if len(set(listed)) != len(listed):
+        raise ConfigError(f"{key} lists a step twice: {list(listed)}")
+    return tuple(sorted(listed))
+
+
 class RunParams(Section):
     """``runs.<run>`` (parameters.yml): one RL training run; the run name (letters, digits, ``_``,
     ``-``) becomes part of dataset names."""
@@ -68,6 +90,7 @@ class RunParams(Section):
     needed."""
     steps: Annotated[
         Any,
+        BeforeValidator(_run_steps),
         WithJsonSchema(
             {
                 "anyOf": [
@@ -85,9 +108,39 @@ class RunParams(Section):
     """Where the run's responses come from: sampled from each checkpoint (default), or the
     trainer's own rollouts from a verl dump scored teacher-forced (docs/rollouts.md)."""
 
+    @property
+    def listed_steps(self) -> tuple[int, ...]:
+        """The steps listed, ascending; none for ``steps: all`` (known only on disk)."""
+        return () if self.steps == "all" else self.steps
+
 
 #: The defaults of a run's keys (``runs.<run>``), from :class:`RunParams`.
 RUN_DEFAULTS: dict[str, Any] = RunParams().model_dump(exclude={"checkpoint_root", "responses"})
+
+
+def run_params(runs: Mapping[str, Any] | None) -> dict[str, RunParams]:
+    """``{run: RunParams}`` of a raw ``runs`` mapping, checked but not resolved on disk.
+
+    Raises:
+        ConfigError: ``runs`` missing or empty, a bad run name, a run not a mapping, or a bad key
+            of a run (one line naming ``runs.<run>.<key>``).
+    """
+    if not isinstance(runs, Mapping) or not runs:
+        raise ConfigError(
+            "parameter `runs` is missing or empty: define at least one run in parameters.yml"
+        )
+    parsed = {}
+    for name, cfg in runs.items():
+        if not _RUN_NAME_RE.match(str(name)):
+            raise ConfigError(
+                f"run name {name!r}: use letters, digits, '_' or '-' "
+                "(it becomes part of dataset names)"
+            )
+        if not isinstance(cfg, Mapping | RunParams):
+            raise ConfigError(f"runs.{name} must be a mapping with checkpoint_root, steps and role")
+        key = f"runs.{name}"
+        parsed[str(name)] = RunParams.of(cfg, section=key, context={"section": key})
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -162,13 +215,11 @@ class StudyLayout:
 
 
 def run_roles(runs: StudyLayout | Mapping[str, Any]) -> dict[str, str]:
-    """``{run: role}`` of ``params:runs``, parsed or raw (a raw run without ``role`` is
-    ``single``); nothing is read from disk, so it serves when the pipelines are built too."""
+    """``{run: role}`` of ``params:runs``, parsed or raw; nothing is read from disk, so it serves
+    when the pipelines are built too."""
     if isinstance(runs, StudyLayout):
         return runs.roles()
-    return {
-        str(name): str((cfg or {}).get("role", RUN_DEFAULTS["role"])) for name, cfg in runs.items()
-    }
+    return {name: run.role for name, run in run_params(runs).items()}
 
 
 def panel_runs(runs: StudyLayout | Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -184,51 +235,30 @@ def configured_steps(runs: StudyLayout | Mapping[str, Any], run: str) -> tuple[i
     if isinstance(runs, StudyLayout):
         spec = next((spec for spec in runs.runs if spec.name == run), None)
         return spec.configured_steps if spec is not None else ()
-    steps = (runs.get(run) or {}).get("steps")
-    if is_integer(steps):
-        return (steps,)
-    return tuple(sorted(int(s) for s in steps)) if isinstance(steps, list | tuple) else ()
+    return run_params(runs)[run].listed_steps if run in runs else ()
 
 
-def _parse_steps(name: str, steps: Any, root: str, embedded: bool) -> tuple[int, ...]:
-    if steps == "all":
-        if embedded and not Path(root).is_dir():
-            return (0,)
-        try:
-            return tuple(discover_steps(root))
-        except CheckpointError as exc:
-            raise ConfigError(f"runs.{name}.steps is 'all' but {exc}") from None
-    if is_integer(steps):
-        steps = [steps]
-    if not isinstance(steps, list | tuple) or not steps:
-        raise ConfigError(
-            f"runs.{name}.steps must be a non-empty list of integers or 'all', got {steps!r}"
-        )
-    parsed = []
-    for step in steps:
-        if not is_integer(step) or step < 0:
-            raise ConfigError(f"runs.{name}.steps: {step!r} is not a non-negative integer step")
-        parsed.append(step)
-    if len(set(parsed)) != len(parsed):
-        raise ConfigError(f"runs.{name}.steps lists a step twice: {parsed}")
-    return tuple(sorted(parsed))
-
-
-def _dump_run_steps(name: str, root: str, responses: ResponsesParams) -> list[int]:
-    """``steps: all`` of a run scoring a verl dump: its dump steps whose generating checkpoint
-    is on disk (:func:`hed.decode.rollouts.generating_step`; verl saves every
-    ``save_freq`` steps, so most dump steps have none).
+def _found_steps(name: str, run: RunParams) -> tuple[int, ...]:
+    """``steps: all`` resolved on disk: every step folder under ``checkpoint_root`` (step 0 of
+    an embedded run not materialised yet); for a run scoring a verl dump, its dump steps whose
+    generating checkpoint is on disk (:func:`hed.decode.rollouts.generating_step`; verl saves
+    every ``save_freq`` steps, so most dump steps have none).
 
     Raises:
-        ConfigError: no dump folder, or no dump step with its checkpoint.
+        ConfigError: no step folder, no dump folder, or no dump step with its checkpoint.
     """
     from hed.decode.rollouts import generating_step
 
+    root, responses = str(run.checkpoint_root), run.responses
+    if run.embedded and not responses.from_dump and not Path(root).is_dir():
+        return (0,)
     try:
-        steps = dump_steps(str(responses.path))
-        saved = set(discover_steps(root))
+        steps = dump_steps(str(responses.path)) if responses.from_dump else []
+        saved = discover_steps(root)
     except (InputDataError, CheckpointError) as exc:
         raise ConfigError(f"runs.{name}.steps is 'all' but {exc}") from None
+    if not responses.from_dump:
+        return tuple(saved)
     first = 1 if responses.kind == "rollout" else 0
     kept = [s for s in steps if s >= first and generating_step(s, responses.kind) in saved]
     if not kept:
@@ -238,54 +268,33 @@ def _dump_run_steps(name: str, root: str, responses: ResponsesParams) -> list[in
             f"{sorted(saved)}); a {responses.kind} dump step s needs "
             f"global_step_<{'s-1' if responses.kind == 'rollout' else 's'}>"
         )
-    return kept
+    return tuple(kept)
 
 
-def layout_from_params(params: dict[str, Any]) -> StudyLayout:
-    """Build the layout from a Kedro parameters dictionary.
+def layout_from_params(params: Mapping[str, Any]) -> StudyLayout:
+    """Build the layout from a Kedro parameters dictionary (``runs`` and ``generation``).
 
     Raises:
-        ConfigError: ``runs`` missing or malformed, an unknown role, a bad run name or step list,
-            or ``generation.num_shards`` not a positive integer.
+        ConfigError: ``runs`` missing or malformed (:func:`run_params`), a run without
+            ``checkpoint_root``, ``steps: all`` with nothing on disk, or
+            ``generation.num_shards`` not a positive integer.
     """
-    runs_cfg = params.get("runs")
-    if not isinstance(runs_cfg, dict) or not runs_cfg:
-        raise ConfigError(
-            "parameter `runs` is missing or empty: define at least one run in parameters.yml"
-        )
     runs = []
-    for name, cfg in runs_cfg.items():
-        if not _RUN_NAME_RE.match(str(name)):
-            raise ConfigError(
-                f"run name {name!r}: use letters, digits, '_' or '-' "
-                "(it becomes part of dataset names)"
-            )
-        if not isinstance(cfg, dict):
-            raise ConfigError(f"runs.{name} must be a mapping with checkpoint_root, steps and role")
-        run = RunParams.of(cfg, section=f"runs.{name}")
-        root, embedded, given = run.checkpoint_root, run.embedded, run.steps
-        if not root:
-            others = [str(n) for n in runs_cfg if n != name and isinstance(runs_cfg[n], dict)]
-            near = difflib.get_close_matches(str(name), others, n=1, cutoff=0.6)
+    for name, run in run_params(params.get("runs")).items():
+        if not run.checkpoint_root:
+            others = [
+                n for n in params["runs"] if n != name and isinstance(params["runs"][n], dict)
+            ]
+            near = difflib.get_close_matches(name, others, n=1, cutoff=0.6)
             hint = f"; a new run needs one (did you mean run {near[0]}?)" if near else ""
             raise ConfigError(f"runs.{name}.checkpoint_root is missing{hint}")
-        responses = run.responses
-        if responses.from_dump and given == "all":
-            given = _dump_run_steps(str(name), str(root), responses)
-        runs.append(
-            RunSpec(
-                name=str(name),
-                role=run.role,
-                checkpoint_root=str(root),
-                steps=_parse_steps(name, given, str(root), embedded),
-                embedded=embedded,
-                steps_found=run.steps == "all",
-                responses=responses,
-            )
-        )
+        found = run.steps == "all"
+        steps = _found_steps(name, run) if found else run.steps
+        runs.append(RunSpec(name, run.role, run.checkpoint_root, steps, run.embedded, found,
+                            run.responses))  # fmt: skip
     generation = params.get("generation")
     if isinstance(generation, GenerationParams):  # parsed before the run: already checked
-        return StudyLayout(runs=tuple(runs), num_shards=generation.num_shards)
+        return StudyLayout(tuple(runs), generation.num_shards)
     if generation is not None and not isinstance(generation, Mapping):
         raise ConfigError(
             "parameter `generation` must be a mapping (parameters_generation.yml), "
@@ -293,7 +302,7 @@ def layout_from_params(params: dict[str, Any]) -> StudyLayout:
         )
     default = GenerationParams.model_fields["num_shards"].default
     shards = positive_int((generation or {}).get("num_shards", default), "generation.num_shards")
-    return StudyLayout(runs=tuple(runs), num_shards=shards)
+    return StudyLayout(tuple(runs), shards)
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,9 @@ specification per run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from hed.config.model import Bool, Int, PositiveInt, Section, empty_is, null_is
 from hed.errors import ConfigError
@@ -33,17 +32,16 @@ WANDB_SUBDIR = "01_raw/wandb"
 Text = Annotated[str, Field(min_length=1)]
 
 
-def mapping(value: Any, where: str) -> dict[str, Any]:
-    """A sub-section as a dict (``None``: empty).
+def _some_runs(runs: dict[str, Any]) -> dict[str, Any]:
+    if not runs:
+        raise ConfigError("mini_rl.runs is empty: name the runs to train (keys of `runs`)")
+    return runs
 
-    Raises:
-        ConfigError: ``<where> must be a mapping, got <value>``.
-    """
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where} must be a mapping, got {value!r}")
-    return dict(value)
+
+#: ``mini_rl.runs``: ``{run: {GRPOConfig overrides}}`` (null overrides: none), at least one run
+TrainingRuns = Annotated[
+    dict[str, Annotated[dict[str, Any], null_is({})]], AfterValidator(_some_runs)
+]
 
 
 class TaskParams(Section):
@@ -103,7 +101,7 @@ class MiniRLParams(Section):
 
     base_model: BaseModelParams = Field(default_factory=dict)  # type: ignore[arg-type]
     """The initial policy (``model_dir`` is required)."""
-    runs: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    runs: TrainingRuns = Field(default_factory=dict)
     """``{run: {GRPOConfig fields that differ}}``, in training order (at least one run)."""
     training: Annotated[dict[str, Any], null_is({})] = Field(default_factory=dict)
     """GRPOConfig fields shared by the runs, and ``save_every`` (steps between checkpoints)."""
@@ -117,23 +115,6 @@ class MiniRLParams(Section):
     """The grader of the reward and the validation (:data:`hed.mini_rl.reward.GRADERS`)."""
     torch_threads: PositiveInt | None = None
     """CPU threads for training (null: the cores other processes leave free)."""
-
-    @field_validator("runs", mode="before")
-    @classmethod
-    def _runs(cls, value: Any) -> dict[str, dict[str, Any]]:
-        return training_runs(value)
-
-
-def training_runs(value: Any) -> dict[str, dict[str, Any]]:
-    """``mini_rl.runs`` checked: ``{run: {GRPOConfig overrides}}``, at least one run.
-
-    Raises:
-        ConfigError: not a mapping, empty, or a run's overrides not a mapping.
-    """
-    runs = mapping(value, "mini_rl.runs")
-    if not runs:
-        raise ConfigError("mini_rl.runs is empty: name the runs to train (keys of `runs`)")
-    return {name: mapping(cfg, f"mini_rl.runs.{name}") for name, cfg in runs.items()}
 
 
 def mini_rl_params(value: Any, data_root: str | None = None) -> MiniRLParams:

@@ -3,7 +3,7 @@
 Each is a :class:`hed.config.model.Section`: every key declared once with its type, range,
 default and docstring (the JSON Schema, the editor's completion and docs/parameters.md are
 generated from them, ``python -m hed schema``). The pre-run check
-(:func:`hed.config.preflight.parsed_sections`) parses each section the pipeline reads and hands
+(:func:`hed.hooks.parameters.parsed_sections`) parses each section the pipeline reads and hands
 the typed object to the nodes; a node called with a plain dict (a test, a notebook) parses it
 with the same ``.of``. Nothing here imports a pipeline package.
 """
@@ -27,15 +27,7 @@ from hed.config.model import (
 )
 from hed.core.compute_dtype import DTYPE_CHOICES
 from hed.core.thresholds import validate_top_entropy_frac
-from hed.core.validators import (
-    STATS_KERNELS,
-    Steps,
-    is_integer,
-    names,
-    positive_int,
-    section,
-    step_list,
-)
+from hed.core.validators import STATS_KERNELS, Steps
 from hed.decode.backend import BACKENDS
 from hed.decode.types import TENSOR_PARALLEL_REFUSAL, SamplingParams, VLLMSettings
 from hed.errors import ConfigError
@@ -217,17 +209,3 @@ class ReportingParams(Section):
 def lexicon_param(aggregation: Any):
     """The :class:`hed.core.lexicon.Lexicon` of ``aggregation.lexicon`` (parsed section or dict)."""
     return AggregationParams.of(aggregation).parsed_lexicon
-
-
-__all__ = [
-    "AggregationParams",
-    "GenerationParams",
-    "ReportingParams",
-    "VLLMParams",
-    "is_integer",
-    "lexicon_param",
-    "names",
-    "positive_int",
-    "section",
-    "step_list",
-]

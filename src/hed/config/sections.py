@@ -79,7 +79,7 @@ def check_unknown_keys(
     """Refuse a parameter key that HED does not read (a misspelling would be ignored).
 
     Only unknown keys are refused here (values are checked before the first node, by the
-    sections the pipeline reads: :func:`hed.config.preflight.parsed_sections`).
+    sections the pipeline reads: :func:`hed.hooks.parameters.parsed_sections`).
 
     Args:
         params: the environment's parameters (runtime ``--params`` merged).

@@ -8,7 +8,6 @@ can check a value without importing the parameter sections of :mod:`hed.config.p
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, WithJsonSchema
@@ -40,33 +39,6 @@ def positive_int(value: Any, name: str, *, allow_none: bool = False) -> int | No
     return value
 
 
-def section(value: Any, name: str, where: str | None = None) -> dict[str, Any]:
-    """A parameter section as a dict: ``None`` (an empty YAML section) means every default.
-
-    Args:
-        value: the section's value.
-        name: its dotted key (``reporting``, ``reporting.fig3``).
-        where: the file to name in the message (default ``parameters_<name>.yml`` for a
-            top-level section).
-
-    Raises:
-        ConfigError: not a mapping.
-    """
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        if "." in name:
-            raise ConfigError(
-                f"{name} must be a mapping (e.g. `{name.rsplit('.', 1)[1]}: {{...}}`), "
-                f"got {value!r}"
-            )
-        raise ConfigError(
-            f"parameter `{name}` must be a mapping ({where or f'parameters_{name}.yml'}), "
-            f"got {value!r}"
-        )
-    return dict(value)
-
-
 def _steps(value: Any) -> tuple[int, ...] | None:
     if value is None or (isinstance(value, list | tuple) and not value):
         return None
@@ -91,37 +63,6 @@ Steps = Annotated[
             ]
         }
     ),
-]
-
-
-def step_list(value: Any, name: str) -> list[int] | None:
-    """A list of non-negative integer steps (a single integer is a list of one), sorted and
-    deduplicated; ``None`` or an empty list: ``None``.
-
-    Raises:
-        ConfigError: ``<name> must be a list of non-negative integer steps, got <value>``.
-    """
-    try:
-        steps = _steps(value)
-    except ValueError:
-        raise ConfigError(
-            f"{name} must be a list of non-negative integer steps, got {value!r}"
-        ) from None
-    return None if steps is None else list(steps)
-
-
-def names(values: Iterable[str]) -> str:
-    """``a, b, c`` for messages."""
-    return ", ".join(sorted(values))
-
-
-__all__ = [
-    "Steps",
-    "is_integer",
-    "names",
-    "positive_int",
-    "section",
-    "step_list",
 ]
 
 

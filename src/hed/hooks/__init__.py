@@ -1,12 +1,12 @@
 """HED's Kedro hooks, registered in ``settings.py`` (their order there matters: pluggy calls
 the last registered first).
 
-* :mod:`hed.hooks.project`: the environment, its keys and data root, the run lock, credentials
-  and the pre-run checks (``ProjectHooks``); ``run_context`` and the end-of-run summary
+* :mod:`hed.hooks.project`: the environment, its keys and data root, the run lock and
+  credentials (``ProjectHooks``); ``run_context`` and the end-of-run summary
   (``ProvenanceHooks``); atomic writes, shard areas, the resume command.
-* :mod:`hed.hooks.inputs`: the one check of a run's inputs before its first node (never
-  written, stale, damaged tables) and what each saved dataset was computed from
-  (``InputHooks``).
+* :mod:`hed.hooks.inputs`: the one check of a run's parameters (:mod:`hed.hooks.parameters`)
+  and inputs before its first node (never written, stale, damaged tables, reused shards) and
+  what each saved dataset was computed from (``InputHooks``).
 * :mod:`hed.hooks.layout`: the session's parameters handed to pipeline construction
   (``LayoutHooks``).
 

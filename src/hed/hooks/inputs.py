@@ -1,7 +1,8 @@
-"""``InputHooks``: the one check of a run's inputs before its first node (never written, stale,
-or an empty or cut-short table), what each saved dataset was computed from, and a warning when
-a notebook's catalog loads a stale one (:mod:`hed.io.freshness`, :mod:`hed.io.missing_inputs`,
-:mod:`hed.io.table_files`).
+"""``InputHooks``: the one check of a run's parameters and inputs before its first node (bad
+values, never written, stale, an empty or cut-short table, shards ``--only-missing-outputs``
+would reuse), what each saved dataset was computed from, and a warning when a notebook's catalog
+loads a stale one (:mod:`hed.hooks.parameters`, :mod:`hed.io.freshness`,
+:mod:`hed.io.missing_inputs`, :mod:`hed.io.table_files`, :mod:`hed.io.reused_shards`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 
 from hed.config import layout
-from hed.config.preflight import parsed_sections
 from hed.core.command_line import update_command
+from hed.hooks.parameters import hand_to_nodes, parsed_sections
 from hed.hooks.project import session_data_root
 from hed.io.freshness import Freshness, StaleInputError
 from hed.io.mass_refresh import check_mass_lexicon
@@ -26,6 +27,7 @@ from hed.io.missing_inputs import (
     project_pipelines,
     with_downstream,
 )
+from hed.io.reused_shards import check_reused_shards
 from hed.io.table_files import check_input_tables
 
 logger = logging.getLogger("hed.hooks")
@@ -63,15 +65,19 @@ class InputHooks:
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
-        """Refuse, in this order, an input the pipeline reads that was never written
-        (:mod:`hed.io.missing_inputs`), that is stale (:meth:`Freshness.check`), or a table
-        that is empty or cut short (:func:`~hed.io.table_files.check_input_tables`); each
-        refusal names the command that brings the input and everything computed from it up to
-        date (:func:`~hed.io.missing_inputs.pipelines_to_update`,
-        :func:`~hed.core.command_line.update_command`), its ``--load-versions`` pins dropped."""
+        """Refuse, in this order, a bad parameter value (:func:`parsed_sections`), an input the
+        pipeline reads that was never written (:mod:`hed.io.missing_inputs`), that is stale
+        (:meth:`Freshness.check`), a table that is empty or cut short
+        (:func:`~hed.io.table_files.check_input_tables`), or, with ``--only-missing-outputs``, a
+        shard made with other parameters (:func:`check_reused_shards`); each input's refusal
+        names the command that brings it and everything computed from it up to date
+        (:func:`~hed.io.missing_inputs.pipelines_to_update`,
+        :func:`~hed.core.command_line.update_command`), its ``--load-versions`` pins dropped.
+        Then the parsed sections replace the raw ones in the catalog (:func:`hand_to_nodes`)."""
         catalog.__dict__.pop("load", None)  # a run checks before its first node, below
-        check_inputs_exist(pipeline, catalog, run_params)
         root = session_data_root(self._context) if self._context is not None else layout.data_root()
+        parsed = parsed_sections(pipeline, catalog, root)
+        check_inputs_exist(pipeline, catalog, run_params)
         self._fresh = Freshness(root)
         self._catalog = catalog
         self._parameters = catalog.load("parameters")
@@ -100,6 +106,9 @@ class InputHooks:
             pipeline.inputs(), self._parameters, stale, lambda name: load_version(catalog, name)
         )
         check_input_tables(pipeline, catalog, damaged)
+        if run_params.get("only_missing_outputs"):
+            check_reused_shards(pipeline, catalog)
+        hand_to_nodes(catalog, parsed)
 
     @hook_impl
     def after_node_run(self, node: Any) -> None:

@@ -1,7 +1,8 @@
 """Project hooks: cross-cutting concerns that do not belong in nodes.
 
-:class:`ProjectHooks` checks the environment and its keys, exports credentials, runs the
-pre-run checks (:mod:`hed.config.preflight`) and takes the run lock; :class:`ProvenanceHooks`
+:class:`ProjectHooks` checks the environment and its keys, exports credentials and takes the
+run lock (after :class:`hed.hooks.inputs.InputHooks` has checked the run's parameters and
+inputs); :class:`ProvenanceHooks`
 fills ``run_context`` with what only the session knows (:mod:`hed.io.provenance`) and ends a
 run with its summary; :class:`AtomicWritesHooks`, :class:`ShardPartsHooks` and
 :class:`ResumeHooks` are described where they are defined. ``settings.py`` registers them.
@@ -24,10 +25,9 @@ from kedro.framework.project import settings
 from kedro.io.core import VERSION_FORMAT
 
 from hed.config import layout, sections
-from hed.config.catalog_keys import check_catalog_keys
-from hed.config.preflight import check_reused_shards, hand_to_nodes, parsed_sections
 from hed.errors import ConfigError
 from hed.io import run_lock
+from hed.io.catalog_keys import check_catalog_keys
 from hed.io.provenance import RUN_CONTEXT, build_run_context, describe_dataset, is_dataset_input
 from hed.io.publishing import published_by_run
 from hed.pass1.credentials import export_wandb_api_key
@@ -95,13 +95,8 @@ class ProjectHooks:
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
-        """Parse parameters up front (:func:`parsed_sections`); with
-        ``--only-missing-outputs``, refuse stale shards (:func:`check_reused_shards`); then
-        hand the parsed sections to the nodes (:func:`hand_to_nodes`)."""
-        parsed = parsed_sections(pipeline, catalog, self._data_root)
-        if run_params.get("only_missing_outputs"):
-            check_reused_shards(pipeline, catalog)
-        hand_to_nodes(catalog, parsed)
+        """Take the data root's run lock (:mod:`hed.io.run_lock`), after the data root is
+        checked to be this environment's."""
         env = env_label(run_params.get("env"))
         if getattr(self, "_conf", None):
             run_lock.check_declared_root(self._data_root, env, *self._conf)

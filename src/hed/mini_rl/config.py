@@ -28,8 +28,8 @@ from typing import Any
 
 from hed.config.layout import StudyLayout, configured_steps, data_root, run_roles
 from hed.config.mini_rl import DEFAULT_REWARD, WANDB_SUBDIR, MiniRLParams
-from hed.config.params import positive_int
 from hed.config.prompt_params import PromptsParams
+from hed.core.validators import positive_int
 from hed.errors import ConfigError
 from hed.mini_rl.reward import grader
 from hed.mini_rl.shaping import SHAPING_KEY, ShapingSpec, shaping_spec

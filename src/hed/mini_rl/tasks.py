@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from hed.config.params import positive_int
+from hed.core.validators import positive_int
 from hed.errors import ConfigError
 
 KINDS = ("add", "sub", "mul", "word")

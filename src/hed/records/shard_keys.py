@@ -223,8 +223,7 @@ def compare_records_to_responses(found: pd.DataFrame, expected: pd.DataFrame, so
     if len(absent):
         keys = absent[["prompt_index", "sample_index"]].itertuples(index=False)
         raise InputDataError(
-            f"{source}: no token records for responses {RESPONSE_KEY} "
-            f"{examples(keys, len(absent))}"
+            f"{source}: no token records for responses {RESPONSE_KEY} {examples(keys, len(absent))}"
         )
     both = merged[merged["_merge"] == "both"]
     bad = both[(both["n_records"] != both["n_tokens"]) | (both["first_position"] != 0)]

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from kedro.runner import AbstractRunner, ParallelRunner
 from kedro.runner.parallel_runner import ParallelRunnerManager
 
-from hed.config.params import is_integer
+from hed.core.validators import is_integer
 from hed.errors import ConfigError
 from hed.runners.executor import GPU_TAG, FailedNodesError, NodeExecutor, RunInterruptedError
 from hed.runners.process import exit_with_parent, failure_reason, pickle_task, sigterm_as_exit

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hed.config.params import is_integer
+from hed.core.validators import is_integer
 from hed.errors import (
     ConfigError,
 )

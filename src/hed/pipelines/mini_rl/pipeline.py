@@ -11,7 +11,7 @@ from typing import Any
 from kedro.pipeline import Node, Pipeline
 
 from hed.config.layout import TRAINING_MANIFEST, active_params, training_inputs  # noqa: F401 - re-exported
-from hed.config.mini_rl import training_runs
+from hed.config.mini_rl import MiniRLParams
 from hed.pipelines.binding import bound
 
 from .nodes import collect_training_manifests, generate_task_sets, train_policy
@@ -26,13 +26,14 @@ def create_pipeline(params: dict[str, Any] | None = None, **kwargs) -> Pipeline:
     (→ ``<run>.training_manifest``), then ``collect_training_manifests`` → ``mini_rl_manifest``.
 
     Raises:
-        ConfigError: ``mini_rl.runs`` is not a non-empty mapping.
+        ConfigError: ``params:mini_rl`` refused by :class:`hed.config.mini_rl.MiniRLParams`
+            (``mini_rl.runs`` empty, a key misspelt, a bad value), in one line.
     """
     params = active_params() if params is None else params
     mini_rl = params.get("mini_rl")
     if not mini_rl:
         return Pipeline([])
-    run_names = list(training_runs(mini_rl.get("runs")))
+    run_names = list(MiniRLParams.of(mini_rl).runs)
     train_nodes = []
     for index, run in enumerate(run_names):
         inputs = {

@@ -27,6 +27,8 @@ never runs.
 """
 
 from hed.report.token_report.inputs import (
+    RECORD_COLUMNS,
+    SEQUENCE_COLUMNS,
     StepInput,
     load_tokenizer,
     read_response_records,
@@ -34,19 +36,16 @@ from hed.report.token_report.inputs import (
     step_inputs,
     vocabulary_texts,
 )
-from hed.report.token_report.options import (
+from hed.report.token_report.options import TokenReportOptions, token_report_options
+from hed.report.token_report.page import notebook_view, render_html, script_json
+from hed.report.token_report.payload import (
     CATEGORY_CODES,
     ENTROPY_FLOOR,
     FORMAT,
     PROMPT_PREVIEW_CHARS,
-    RECORD_COLUMNS,
-    SEQUENCE_COLUMNS,
-    TokenReportOptions,
+    build_report,
     choose_keys,
-    token_report_options,
 )
-from hed.report.token_report.page import notebook_view, render_html, script_json
-from hed.report.token_report.payload import build_report
 
 __all__ = [
     "CATEGORY_CODES",

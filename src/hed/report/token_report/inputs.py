@@ -22,9 +22,35 @@ import pyarrow.dataset as ds
 
 from hed.decode.loading import load_tokenizer as checkpoint_tokenizer
 from hed.errors import CheckpointError
-from hed.report.token_report.options import RECORD_COLUMNS
 
 logger = logging.getLogger(__name__)
+
+
+#: Columns of the merged records the page reads (docs/datasets.md; the last three are merged-only).
+RECORD_COLUMNS = [
+    "prompt_index",
+    "sample_index",
+    "position",
+    "token_id",
+    "token_text",
+    "entropy",
+    "prob",
+    "topk_token_ids",
+    "topk_probs",
+    "is_special",
+    "word",
+    "category",
+    "is_high_entropy",
+]
+SEQUENCE_COLUMNS = [
+    "prompt_index",
+    "prompt_id",
+    "sample_index",
+    "n_tokens",
+    "finish_reason",
+    "extracted_answer",
+    "correct",
+]
 
 
 def read_response_table(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from hed.errors import ConfigError
 from hed.report.token_report.inputs import (
+    SEQUENCE_COLUMNS,
     StepInput,
     as_dataset,
     as_frame,
@@ -25,14 +26,37 @@ from hed.report.token_report.inputs import (
     read_response_table,
     vocabulary_texts,
 )
-from hed.report.token_report.options import (
-    CATEGORY_CODES,
-    ENTROPY_FLOOR,
-    FORMAT,
-    SEQUENCE_COLUMNS,
-    TokenReportOptions,
-    choose_keys,
-)
+from hed.report.token_report.options import TokenReportOptions
+
+FORMAT = "hed.report.token_report/1"
+#: Category codes in the page's data (``cat`` arrays).
+CATEGORY_CODES = {"other": 0, "anthropomorphic": 1, "reasoning": 2}
+#: Entropies below this (nats) get the lightest colour; the log scale starts here.
+ENTROPY_FLOOR = 1e-3
+#: Characters of a prompt shown above its responses (the whole prompt is in a fold-out).
+PROMPT_PREVIEW_CHARS = 240
+
+
+def choose_keys(keys: Iterable[tuple[int, int]], n: int, seed: int) -> list[tuple[int, int]]:
+    """The responses a run shows: ``n`` (prompt_index, sample_index) keys, reproducibly.
+
+    The distinct keys are sorted, shuffled with ``numpy.random.default_rng(seed)`` and the first
+    ``n`` kept, then sorted again for display. The same keys are used at every step of a run so
+    that a row of the page compares one (prompt, sample) across steps.
+
+    Args:
+        keys: (prompt_index, sample_index) pairs, typically the union over the run's steps.
+        n: how many to keep (all when there are fewer).
+        seed: shuffle seed.
+
+    Returns:
+        Sorted list of at most ``n`` keys.
+    """
+    distinct = sorted({(int(p), int(s)) for p, s in keys})
+    if len(distinct) <= n:
+        return distinct
+    order = np.random.default_rng(seed).permutation(len(distinct))[:n]
+    return sorted(distinct[i] for i in order)
 
 
 def significant(values: Any, digits: int) -> list[float]:

@@ -1,136 +1,25 @@
-"""Checks before the first node of a run: parameters, and shards a run would reuse.
+"""The parameter check before the first node of a run: every section the pipeline reads,
+parsed once, the rules across sections, and the parsed sections handed to the nodes.
 
-Called by :class:`hed.hooks.ProjectHooks` in ``before_pipeline_run``. A node checks its own
-inputs, but at real scale a bad reporting parameter or a stale shard must be caught before
-hours of generation, not after.
+Called by :class:`hed.hooks.InputHooks` first thing in ``before_pipeline_run``. A node checks
+its own parameters, but at real scale a bad reporting parameter must be caught before hours of
+generation, not after.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
-from pathlib import PurePosixPath
 from typing import Any
 
 from hed.analysis.rescoring import RescoringParams
 from hed.config import layout, params
-from hed.config.analysis_params import analyses_params, dynamics_params
-from hed.config.layout import RUN_DEFAULTS
-from hed.config.mini_rl import mini_rl_params, task_params
+from hed.config.analysis_params import AnalysesParams, DynamicsParams
+from hed.config.layout import RunParams
+from hed.config.mini_rl import TaskParams, mini_rl_params
 from hed.config.prompt_params import PromptsParams
-from hed.config.publish import publish_params
-from hed.decode.checkpoints import checkpoint_fingerprint
-from hed.errors import CheckpointError, ConfigError
-from hed.pass1.config import EXPORT_DIR, metrics_params
-from hed.records.shard_metadata import (
-    GENERATION_METADATA_KEY,
-    StaleField,
-    stale_field,
-)
-
-#: Dataset names of shard files (docs/datasets.md): ``<run>.step_<step>.shard_<k>.sequences``.
-_SHARD_SEQUENCES = re.compile(r"^(?P<step>.+\.step_\d+)\.shard_\d+\.sequences$")
-
-
-def check_reused_shards(pipeline: Any, catalog: Any) -> int:
-    """Refuse an ``--only-missing-outputs`` run that would reuse shards of other parameters.
-
-    ``--only-missing-outputs`` skips every generation node whose shard file exists, whatever
-    parameters made it, and then every aggregation node whose outputs exist: after a change
-    of ``generation.temperature`` such a run would finish at once and keep the old records.
-    Each shard's ``sequences`` file records its generation parameters (``hed.generation``);
-    they are compared here with the current ``params:generation`` and ``params:prompts``
-    (sampling parameters, dtype, prompt rendering) and with the checkpoint's content
-    fingerprint as it is now (:func:`hed.decode.checkpoints.checkpoint_fingerprint`: a step
-    retrained
-    at the same path), before anything runs.
-
-    Args:
-        pipeline: the pipeline about to run.
-        catalog: the run's catalog (``params:generation``, ``params:prompts``, the shards).
-
-    Returns:
-        The number of existing shard files checked.
-
-    Raises:
-        ConfigError: an existing shard is stale; the message names the file, the parameter,
-            both values and the two ways out.
-    """
-    # only where the run writes shards: an aggregation-only run checks them at the merge
-    names = sorted(n for n in pipeline.all_outputs() if _SHARD_SEQUENCES.match(n))
-    if not names or "params:generation" not in pipeline.datasets():
-        return 0
-    generation = catalog.load("params:generation") or {}
-    prompt_params = (
-        PromptsParams.of(catalog.load("params:prompts")).rendering.as_params()
-        if "params:prompts" in catalog
-        else None
-    )
-    checked = 0
-    fingerprints: dict[str, dict[str, str] | None] = {}
-    for name in names:
-        dataset = catalog.get(name)
-        if dataset is None or not dataset.exists():
-            continue
-        records = dataset.load()
-        files = getattr(records, "files", None) or [name]
-        raw = (records.schema.metadata or {}).get(GENERATION_METADATA_KEY)
-        checked += 1
-        try:
-            recorded = json.loads(raw) if raw else None
-        except ValueError:
-            recorded = None
-        stale = recorded and stale_field(
-            recorded,
-            generation=generation,
-            prompt_params=prompt_params,
-            checkpoint=_current_checkpoint(recorded, fingerprints),
-            prompt_ids=None,
-        )
-        shards = recorded and recorded.get("num_shards")
-        if not stale and shards and shards != generation.get("num_shards", shards):
-            stale = StaleField(
-                "generation.num_shards",
-                str(shards),
-                str(generation.get("num_shards")),
-                f"set generation.num_shards: {shards}",
-            )
-        if stale:
-            raise ConfigError(
-                f"{files[0]}: stale shard: {stale.field} was {stale.recorded} when it was "
-                f"generated but is {stale.current} now, and --only-missing-outputs would reuse "
-                f"it; delete {_versions_folder(files[0])} and its token_records next to "
-                f"it to regenerate this shard only, run without --only-missing-outputs to "
-                f"regenerate every shard, or {stale.restore}"
-            )
-    return checked
-
-
-def _current_checkpoint(
-    recorded: dict[str, Any], fingerprints: dict[str, dict[str, str] | None]
-) -> dict[str, str] | None:
-    """The content fingerprint of the checkpoint a shard was generated from, as it is now.
-
-    ``--only-missing-outputs`` also skips ``resolve_checkpoints`` (its ``checkpoints`` file
-    exists), so a checkpoint retrained in place would go unnoticed: the folder recorded in the
-    shard is fingerprinted again here (once per folder). ``None`` when it is gone.
-    """
-    model_dir = (recorded.get("checkpoint") or {}).get("model_dir")
-    if not model_dir:
-        return None
-    if model_dir not in fingerprints:
-        try:
-            fingerprints[model_dir] = checkpoint_fingerprint(model_dir)
-        except (CheckpointError, OSError):
-            fingerprints[model_dir] = None
-    return fingerprints[model_dir]
-
-
-def _versions_folder(path: str) -> str:
-    """The folder of all versions of a file: ``<file>/<version>/<file>`` → ``<file>``."""
-    file = PurePosixPath(path)
-    return str(file.parent.parent) if file.parent.parent.name == file.name else path
+from hed.config.publish import PublishParams
+from hed.errors import ConfigError
+from hed.pass1.config import EXPORT_DIR, MetricsParams, RunPass1Config, metrics_params
 
 
 def check_parameters(pipeline: Any, catalog: Any) -> list[str]:
@@ -150,10 +39,10 @@ PARSERS: dict[str, Any] = {
     "aggregation": params.AggregationParams.of,
     "reporting": params.ReportingParams.of,
     "rescoring": RescoringParams.of,
-    "publish": publish_params,
-    "dynamics": dynamics_params,
-    "analyses": analyses_params,
-    "mini_rl.task": task_params,
+    "publish": PublishParams.of,
+    "dynamics": DynamicsParams.of,
+    "analyses": AnalysesParams.of,
+    "mini_rl.task": TaskParams.of,
 }
 
 
@@ -195,17 +84,20 @@ def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -
             parsed[name] = parse(load(name))
     if "aggregation" in parsed:
         parsed["aggregation"].parsed_lexicon  # noqa: B018 - a missing lexicon, refused now
+    listed = layout.run_params(runs) if isinstance(runs, Mapping) and runs else {}
+
+    def metrics() -> MetricsParams:
+        export_dir = f"{root}/{EXPORT_DIR}"
+        return metrics_params(load("metrics"), runs=list(listed) or None, export_dir=export_dir)
+
     if "reporting" in parsed:
         if parsed["reporting"].strict:
-            check_strict_completeness(parsed["reporting"], runs or {}, load("metrics"))
-        check_token_report_steps(parsed["reporting"], runs or {}, parsed.get("runs"))
+            check_strict_completeness(parsed["reporting"], listed, metrics())
+        check_token_report_steps(parsed["reporting"], listed, parsed.get("runs"))
     if "analyses" in parsed:
-        check_reference_run(parsed["analyses"].reference_run, runs)
+        check_reference_run(parsed["analyses"].reference_run, listed)
     if "params:metrics" in datasets:
-        names = list(runs) if isinstance(runs, Mapping) else None
-        parsed["metrics"] = metrics_params(
-            load("metrics"), runs=names, export_dir=f"{root}/{EXPORT_DIR}"
-        )
+        parsed["metrics"] = metrics()
     if "params:mini_rl" in datasets:
         parsed["mini_rl"] = mini_rl_params(load("mini_rl"), root)
     return parsed
@@ -250,51 +142,43 @@ def hand_to_nodes(catalog: Any, parsed: Mapping[str, Any]) -> list[str]:
 
 
 def check_strict_completeness(
-    reporting: params.ReportingParams, runs: Mapping[str, Any], metrics: Any
+    reporting: params.ReportingParams, runs: Mapping[str, RunParams], metrics: MetricsParams
 ) -> None:
     """With ``reporting.strict: true``, refuse a study whose figures cannot be complete.
 
     The rules that need no data, checked before generation instead of after it (the
     reporting node checks the data-dependent rest): a ``with_clip`` and a ``without_clip``
     run (Figure 2's pair); ``reporting.fig3.steps`` set and every one of them among the
-    ``steps`` of every run; a pass@1 source (``metrics.runs.<run>.sources``) for every run.
-    A run with ``steps: all`` is taken to have every step (they are known only on disk).
+    ``steps`` of every run; a pass@1 source (``metrics.runs.<run>.sources``) for every run,
+    and a run's ``csv`` figure source holding every listed step. A run with ``steps: all`` is
+    taken to have every step (they are known only on disk).
 
     Args:
         reporting: the checked ``params:reporting``.
-        runs: ``params:runs``.
-        metrics: ``params:metrics``.
+        runs: ``params:runs`` checked (:func:`hed.config.layout.run_params`).
+        metrics: the checked ``params:metrics``.
 
     Raises:
         ConfigError: one line listing every gap, numbered, and the way out.
+        InputDataError: a ``csv`` figure source that cannot be read (its own one line).
     """
     gaps = []
-    roles = layout.run_roles(runs)
+    roles = {name: run.role for name, run in runs.items()}
     if not {"with_clip", "without_clip"} <= set(roles.values()):
         have = ", ".join(f"{name} ({role})" for name, role in roles.items())
         gaps.append(f"runs needs a with_clip and a without_clip run, has {have or 'none'}")
     if reporting.fig3_steps is None:
         gaps.append("reporting.fig3.steps is not set (the paper used [20, 80, 200])")
     else:
-        for name, cfg in runs.items():
-            steps = (cfg or {}).get("steps", RUN_DEFAULTS["steps"])
-            if steps == "all":
-                continue
-            missing = sorted(
-                set(reporting.fig3_steps) - set(params.step_list(steps, f"runs.{name}.steps") or [])
-            )
-            if missing:
+        for name, run in runs.items():
+            missing = sorted(set(reporting.fig3_steps) - set(run.listed_steps))
+            if missing and run.steps != "all":
                 gaps.append(f"reporting.fig3.steps {missing} are not in runs.{name}.steps")
-    metric_runs = (
-        (params.section(metrics, "metrics").get("runs") or {}) if metrics is not None else {}
-    )
-    for name in runs:
-        if not ((metric_runs.get(name) or {}).get("sources") or {}):
+    for name, run in runs.items():
+        if not metrics.run(name).sources:
             gaps.append(f"metrics.runs.{name}.sources is empty: no pass@1 for run {name}")
         else:
-            gaps += _csv_pass1_gaps(
-                metrics, name, (runs[name] or {}).get("steps", RUN_DEFAULTS["steps"])
-            )
+            gaps += _csv_pass1_gaps(metrics.run(name), run.listed_steps)
     if gaps:
         raise ConfigError(
             "reporting.strict is true but the figures cannot be complete: "
@@ -305,7 +189,7 @@ def check_strict_completeness(
 
 def check_token_report_steps(
     reporting: params.ReportingParams,
-    runs: Mapping[str, Any],
+    runs: Mapping[str, RunParams],
     study: layout.StudyLayout | None = None,
 ) -> None:
     """Refuse ``reporting.token_report.steps`` or ``reporting.explorer.steps`` that match no
@@ -318,24 +202,21 @@ def check_token_report_steps(
 
     Args:
         reporting: the checked ``params:reporting``.
-        runs: ``params:runs``.
+        runs: ``params:runs`` checked (:func:`hed.config.layout.run_params`).
         study: the parsed layout of ``params:runs``, when the pipeline reads it.
 
     Raises:
         ConfigError: the wording of :func:`hed.report.token_report.payload.build_report` and
             :mod:`hed.report.explorer.builder`.
     """
-    pages = {"token_report": reporting.token_report, "explorer": reporting.explorer}
-    available: set[int] = set()
     if study is not None:
         available = {step for _, step in study.run_steps()}
+    elif any(run.steps == "all" for run in runs.values()):
+        return
     else:
-        for name, cfg in runs.items():
-            steps = (cfg or {}).get("steps", RUN_DEFAULTS["steps"])
-            if steps == "all":
-                return
-            available |= set(params.step_list(steps, f"runs.{name}.steps") or [])
-    for key, options in pages.items():
+        available = {step for run in runs.values() for step in run.listed_steps}
+    for key in ("token_report", "explorer"):
+        options = getattr(reporting, key)
         if runs and options.enabled and options.steps is not None:
             if not available & set(options.steps):
                 raise ConfigError(
@@ -345,19 +226,18 @@ def check_token_report_steps(
                 )
 
 
-def _csv_pass1_gaps(metrics: Any, run: str, steps: Any) -> list[str]:
-    """The configured steps of ``run`` its ``csv`` figure source has no pass@1 for.
+def _csv_pass1_gaps(config: RunPass1Config, steps: tuple[int, ...]) -> list[str]:
+    """The listed ``steps`` of a run its ``csv`` figure source has no pass@1 for.
 
     Only a local CSV that is the run's figure source and an explicit step list are checked
     here (W&B sources and ``steps: all`` are known only when the metrics pipeline reads
     them; the reporting node checks those). A CSV that cannot be read raises its own
     one-line :class:`~hed.errors.InputDataError`.
     """
-    from hed.pass1.sources import parse_run_config, read_pass1_csv
+    from hed.pass1.sources import read_pass1_csv
 
-    config = parse_run_config(metrics, run)
     spec = config.source("csv")
-    if spec is None or config.figure_source != "csv" or steps == "all":
+    if spec is None or config.figure_source != "csv" or not steps:
         return []
     options = spec.options
     table = read_pass1_csv(
@@ -366,7 +246,7 @@ def _csv_pass1_gaps(metrics: Any, run: str, steps: Any) -> list[str]:
         pass1_column=options["pass1_column"],
         scale=options["scale"],
     )
-    absent = sorted(set(params.step_list(steps, f"runs.{run}.steps") or []) - set(table["step"]))
+    absent = sorted(set(steps) - set(table["step"]))
     if not absent:
         return []
-    return [f"pass@1 CSV {options['path']} has no value for run {run} at step(s) {absent}"]
+    return [f"pass@1 CSV {options['path']} has no value for run {config.run} at step(s) {absent}"]

@@ -71,6 +71,16 @@ def test_the_committed_schemas_and_reference_are_current():
 
 
 GENERATION = {"samples_per_prompt": 2, "max_new_tokens": 8}
+
+
+def named(origin: str, parse):
+    """``parse()`` while a session's parameters are checked with ``origin`` as every key's file."""
+    from hed.config.messages import naming_files
+
+    with naming_files(lambda key: origin):
+        return parse()
+
+
 LEXICON = {"anthropomorphic": ["I"], "reasoning": ["so"]}
 
 
@@ -94,9 +104,8 @@ LEXICON = {"anthropomorphic": ["I"], "reasoning": ["so"]}
             "aggregation.top_entropy_frac = 1.5 is outside (0, 1]",
         ),
         (
-            lambda: GenerationParams.of(
-                {**GENERATION, "temperature": -0.5},
-                sources={"generation.temperature": "--params"},
+            lambda: named(
+                "--params", lambda: GenerationParams.of({**GENERATION, "temperature": -0.5})
             ),
             "generation.temperature (set in --params) must be a number > 0, got -0.5",
         ),

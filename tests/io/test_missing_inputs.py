@@ -274,3 +274,29 @@ def test_the_command_also_recomputes_what_reads_the_rewritten_datasets(tmp_path,
         "1 input(s) of this run were never written: prompts (prompts.csv); write them first "
         "with `kedro run --pipelines generation,aggregation,reporting`"
     )
+
+
+def test_a_bad_value_is_refused_as_such_before_a_missing_input(tmp_path, smollm2_dir):
+    """A bad ``--params`` value and missing inputs together: the value is refused first (the
+    missing inputs' command would repeat it: following it would only fail again)."""
+    from hed.errors import ConfigError
+
+    from ..project_copy import copy_project, run_kedro
+
+    project = copy_project(tmp_path / "fresh", smollm2_dir)
+    before = _data_files(project)
+    with pytest.raises(ConfigError) as caught:
+        run_kedro(project, "reporting", params={"reporting": {"top_n_words": 0}})
+    assert str(caught.value) == (
+        "reporting.top_n_words (set in --params) must be a positive integer, got 0"
+    )
+    assert _data_files(project) == before
+    # the same value in the environment's file: that file is named
+    (project / "conf/local/parameters_reporting.yml").write_text("reporting:\n  top_n_words: 0\n")
+    with pytest.raises(ConfigError) as caught:
+        run_kedro(project, "reporting")
+    assert str(caught.value) == (
+        "reporting.top_n_words (set in conf/local/parameters_reporting.yml) must be a positive "
+        "integer, got 0"
+    )
+    assert _data_files(project) == before

@@ -148,14 +148,3 @@ class AnalysesParams(Section):
 dynamics_params = DynamicsParams.of
 #: ``analyses_params(raw)``: :meth:`AnalysesParams.of`.
 analyses_params = AnalysesParams.of
-
-__all__ = [
-    "AnalysesParams",
-    "DeltaLogprobSettings",
-    "DynamicsFigures",
-    "DynamicsParams",
-    "MismatchSettings",
-    "TrainerEntropySettings",
-    "analyses_params",
-    "dynamics_params",
-]

@@ -13,7 +13,9 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import annotated_types as at
@@ -25,8 +27,23 @@ from hed.errors import ConfigError, HEDError
 _FILES = {"runs": "parameters.yml", "prompts": "parameters_generation.yml"}
 
 
+#: Which file set a dotted key, while a session's parameters are checked (:func:`naming_files`).
+_ORIGIN: ContextVar[Callable[[str], str] | None] = ContextVar("hed_key_origin", default=None)
+
+
+@contextmanager
+def naming_files(origin: Callable[[str], str] | None) -> Iterator[None]:
+    """Inside the block, every message of :func:`config_error` names the file (or ``--params``)
+    that set the key, from ``origin`` (:func:`hed.config.sections.key_origin` of the session)."""
+    token = _ORIGIN.set(origin)
+    try:
+        yield
+    finally:
+        _ORIGIN.reset(token)
+
+
 def config_error(
-    exc: ValidationError, model: type, section: str, sources: Mapping[str, str] | None = None
+    exc: ValidationError, model: type, section: str, origin: Callable[[str], str] | None = None
 ) -> HEDError:
     """The first error of ``exc`` (raised validating ``model``) as one line.
 
@@ -34,7 +51,9 @@ def config_error(
         exc: pydantic's error.
         model: the :class:`pydantic.BaseModel` validated.
         section: its dotted name in the parameters (``generation``; ``""`` at the top).
-        sources: dotted key -> ``conf/<env>/parameters_<x>.yml`` or ``--params``.
+        origin: dotted key -> the file that set it, ``conf/<env>/parameters_<x>.yml`` or
+            ``--params`` (:func:`hed.config.sections.key_origin`); None: the one of the
+            enclosing :func:`naming_files` block, else no file named.
 
     Returns:
         The :class:`ConfigError` to raise (a validator's own :class:`~hed.errors.HEDError`, at
@@ -48,7 +67,8 @@ def config_error(
         return raised  # type: ignore[return-value]
     loc = [str(part) for part in error["loc"]]
     key = ".".join(p for p in (section, *loc) if p)
-    found = sources.get(key) if sources is not None else None
+    origin = origin or _ORIGIN.get()
+    found = origin(key) if origin is not None else None
     where = f" (set in {found})" if found else ""
     if error["type"] == "extra_forbidden":
         return ConfigError(_unknown(model, loc, key, where, len(unknown) - 1))
@@ -164,4 +184,4 @@ def _words(annotation: Any, bounds: dict[str, Any]) -> str | None:
     return words.get(annotation)
 
 
-__all__ = ["config_error"]
+__all__ = ["config_error", "naming_files"]

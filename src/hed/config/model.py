@@ -84,7 +84,6 @@ class Section(BaseModel):
         raw: Mapping[str, Any] | Self | None,
         *,
         section: str | None = None,
-        sources: Mapping[str, str] | None = None,
         context: Mapping[str, Any] | None = None,
     ) -> Self:
         """Parse ``raw`` (a section's mapping, ``None`` for all defaults, or an instance).
@@ -93,7 +92,6 @@ class Section(BaseModel):
             raw: the section as the parameters hold it.
             section: dotted name for messages, when not :attr:`section` (a run's
                 ``runs.<run>``).
-            sources: dotted key -> the file (or ``--params``) that set it, for messages.
             context: pydantic's validation context (what a validator needs besides the
                 section, e.g. the study's run names).
 
@@ -110,4 +108,4 @@ class Section(BaseModel):
             data = dict(raw) if isinstance(raw, Mapping) else raw
             return cls.model_validate(data, context=dict(context) if context else None)
         except ValidationError as exc:
-            raise config_error(exc, cls, section or cls.section, sources) from None
+            raise config_error(exc, cls, section or cls.section) from None

@@ -17,11 +17,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from hed.config.model import Bool, Section
+from hed.config.model import Bool, Section, null_is
 from hed.errors import ConfigError
-
-#: ``publish.wandb.mode`` values (``null``: ``WANDB_MODE`` when set, else online).
-WANDB_MODES = ("online", "offline")
 
 #: a non-empty string (surrounding blanks dropped) or null
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)] | None
@@ -48,13 +45,8 @@ class WandbPublishParams(Section):
     dir: Text = None
     """Folder that receives ``wandb/<run folder>``; null: wandb's default (``WANDB_DIR``, else
     the current folder)."""
-    tags: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    tags: Annotated[tuple[Annotated[str, Field(min_length=1)], ...], null_is(())] = ()
     """Tags of the run."""
-
-    @field_validator("tags", mode="before")
-    @classmethod
-    def _no_tags(cls, value: Any) -> Any:
-        return () if value is None else value
 
     @model_validator(mode="after")
     def _project_when_enabled(self) -> WandbPublishParams:
@@ -138,5 +130,3 @@ class PublishParams(Section):
 
 #: ``publish_params(raw)``: :meth:`PublishParams.of` (the pre-run check's name for it).
 publish_params = PublishParams.of
-wandb_publish_params = WandbPublishParams.of
-hub_publish_params = HubPublishParams.of

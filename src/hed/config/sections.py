@@ -62,17 +62,6 @@ def file_model(sections: Mapping[str, Any], name: str = "Parameters") -> type[Se
 PARAMETERS = file_model({k: v for f in FILES.values() for k, v in f.items()})
 
 
-class _Origins(dict):
-    """``sources`` for :func:`~hed.config.messages.config_error` from a function of the key."""
-
-    def __init__(self, origin: Callable[[str], str] | None) -> None:
-        super().__init__()
-        self.origin = origin
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.origin(key) if self.origin else default
-
-
 def check_unknown_keys(
     params: Mapping[str, Any], origin: Callable[[str], str] | None = None
 ) -> None:
@@ -94,7 +83,7 @@ def check_unknown_keys(
         PARAMETERS.model_validate(dict(params))
     except ValidationError as exc:
         if any(error["type"] == "extra_forbidden" for error in exc.errors()):
-            raise config_error(exc, PARAMETERS, "", _Origins(origin)) from None
+            raise config_error(exc, PARAMETERS, "", origin) from None
 
 
 def key_origin(

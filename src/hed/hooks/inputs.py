@@ -14,9 +14,10 @@ from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 
 from hed.config import layout
+from hed.config.messages import naming_files
 from hed.core.command_line import update_command
 from hed.hooks.parameters import hand_to_nodes, parsed_sections
-from hed.hooks.project import session_data_root
+from hed.hooks.project import key_origins, session_data_root
 from hed.io.freshness import Freshness, StaleInputError
 from hed.io.mass_refresh import check_mass_lexicon
 from hed.io.missing_inputs import (
@@ -76,7 +77,9 @@ class InputHooks:
         Then the parsed sections replace the raw ones in the catalog (:func:`hand_to_nodes`)."""
         catalog.__dict__.pop("load", None)  # a run checks before its first node, below
         root = session_data_root(self._context) if self._context is not None else layout.data_root()
-        parsed = parsed_sections(pipeline, catalog, root)
+        origin = key_origins(self._context) if self._context is not None else None
+        with naming_files(origin):
+            parsed = parsed_sections(pipeline, catalog, root)
         check_inputs_exist(pipeline, catalog, run_params)
         self._fresh = Freshness(root)
         self._catalog = catalog
@@ -94,7 +97,8 @@ class InputHooks:
         def stale(dataset: str, changed: list[str]) -> str:
             fix = fix_pipelines(self._fresh, dataset, changed, pipelines(), self._parameters)
             # a bad value in what the fix would run is refused as such, not as stale
-            parsed_sections(sum((pipelines()[n] for n in fix), pipeline), catalog, root)
+            with naming_files(origin):
+                parsed_sections(sum((pipelines()[n] for n in fix), pipeline), catalog, root)
             return update_command(fix, asked, env, runtime, outputs_of(pipelines(), fix))
 
         def damaged(dataset: str) -> str:

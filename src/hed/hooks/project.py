@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -82,12 +83,7 @@ class ProjectHooks:
         check_env_exists(context)
         parameters = context.config_loader["parameters"]
         conf_source = context.project_path / settings.CONF_SOURCE
-        sections.check_unknown_keys(
-            parameters,
-            lambda key: sections.key_origin(
-                key, conf_source, context.env, context.config_loader.runtime_params
-            ),
-        )
+        sections.check_unknown_keys(parameters, key_origins(context))
         check_catalog_keys(context.config_loader["catalog"], conf_source, context.env)
         self._data_root = session_data_root(context)
         self._conf = (conf_source, Path(context.project_path))
@@ -112,6 +108,14 @@ class ProjectHooks:
     def on_pipeline_error(self) -> None:
         """Release the data root's run lock when the run fails or is interrupted."""
         run_lock.release(self._data_root)
+
+
+def key_origins(context: KedroContext) -> Callable[[str], str]:
+    """``dotted key -> the file (or --params) that set it`` in this session
+    (:func:`hed.config.sections.key_origin`), for messages."""
+    conf_source = context.project_path / settings.CONF_SOURCE
+    runtime = getattr(context.config_loader, "runtime_params", None)
+    return lambda key: sections.key_origin(key, conf_source, context.env, runtime)
 
 
 def env_label(env: str | None) -> str:

@@ -315,7 +315,7 @@ def test_a_planted_upward_import_fails(tmp_path):
     """A core module importing config (at module level) and a records module importing a
     pipeline inside a function are both caught; Kedro's files may import anything."""
     planted = {
-        "hed.core.planted": "from hed.config.layout import data_root\n",
+        "hed.core.planted": "from hed.config.session import data_root\n",
         "hed.records.planted": "def f():\n    from hed.pipelines.generation import nodes\n",
         "hed.records.fine": "from hed.core import entropy\nfrom hed.errors import HEDError\n",
         "hed.hooks": "from hed.pipelines.generation import nodes\n",
@@ -325,7 +325,7 @@ def test_a_planted_upward_import_fails(tmp_path):
         path = tmp_path / (name.replace(".", "/") + ".py")
         tree[name] = (path, text)
     assert upward_imports(import_graph(tree)) == [
-        "hed.core.planted -> hed.config.layout",
+        "hed.core.planted -> hed.config.session",
         "hed.records.planted -> hed.pipelines.generation",
         "hed.records.planted -> hed.pipelines.generation.nodes",
     ]

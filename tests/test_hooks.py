@@ -192,7 +192,7 @@ def test_a_stale_dataset_is_named_with_the_pipeline_that_writes_it_in_the_runs_o
     layout is no longer active once the run starts."""
     from kedro.framework.project import configure_project
 
-    from hed.config import layout
+    from hed.config import session
     from hed.config.loader import HEDConfigLoader
     from hed.io.missing_inputs import pipelines_to_update, project_pipelines
 
@@ -205,7 +205,7 @@ def test_a_stale_dataset_is_named_with_the_pipeline_that_writes_it_in_the_runs_o
     params = dict(loader["parameters"])
     (run,) = params["runs"].values()
     params["runs"] = {"my_study_run": {**run, "steps": [0, 30]}}
-    assert layout.active_session() is None  # as during a run
+    assert session.active_session() is None  # as during a run
     built = project_pipelines(params)
 
     def fix(dataset: str) -> list[str]:

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kedro.config import OmegaConfigLoader
 
-from hed.config import layout
+from hed.config import session
 from hed.decode.checkpoints import checkpoint_fingerprint
 from hed.errors import ConfigError
 from hed.io.missing_inputs import MissingInputError
@@ -33,7 +33,7 @@ from .project_copy import REPO_ROOT, RUN, TINY, copy_project, run_kedro, run_ked
 
 @pytest.fixture
 def project(tmp_path, smollm2_dir, monkeypatch):
-    monkeypatch.setattr(layout, "_session", layout.active_session())  # restored afterwards
+    monkeypatch.setattr(session, "_session", session.active_session())  # restored afterwards
     return copy_project(tmp_path / "project", smollm2_dir)
 
 
@@ -207,7 +207,7 @@ def test_checkpoints_differing_in_one_weight_have_different_fingerprints(tmp_pat
 
 @pytest.mark.slow
 def test_reuse_of_shards_of_a_retrained_checkpoint_is_refused(tmp_path, smollm2_dir, monkeypatch):
-    monkeypatch.setattr(layout, "_session", layout.active_session())
+    monkeypatch.setattr(session, "_session", session.active_session())
     project = tmp_path / "project"
     copy_project(project, smollm2_dir)
     # a checkpoint of our own (a copy of the model) that we can retrain in place

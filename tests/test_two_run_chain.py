@@ -41,7 +41,7 @@ from kedro.framework.session import KedroSession
 from PIL import Image
 from transformers import LlamaForCausalLM
 
-from hed.config import layout
+from hed.config import session
 from hed.report.figures import CATEGORY_COLOURS, figure3_size, figure_size
 
 from .conftest import REPO_ROOT, build_tiny_model
@@ -197,7 +197,7 @@ def parameters(project: Path) -> dict:
 @pytest.fixture(scope="module")
 def study(tmp_path_factory, tokenizer):
     """The study after one ``kedro run --env qae_repro`` (every pipeline of ``__default__``)."""
-    threads, active = torch.get_num_threads(), layout.active_session()
+    threads, active = torch.get_num_threads(), session.active_session()
     project, checkpoints, csv_pass1 = make_study(
         tmp_path_factory.mktemp("two_run_chain"), tokenizer
     )
@@ -206,7 +206,7 @@ def study(tmp_path_factory, tokenizer):
         yield project, checkpoints, csv_pass1
     finally:  # the run set one torch thread and this env's layout in this process
         torch.set_num_threads(threads)
-        layout.activate(active and active.params, active and active.data_root)
+        session.activate(active and active.params, active and active.data_root)
 
 
 # ------------------------------------------------------------------ independent computation

@@ -225,7 +225,7 @@ def check_node_filters(pipeline: Pipeline, **filters: list[str] | None) -> None:
 
 def _rescoring_in_default() -> bool:
     """Whether the active environment's ``rescoring.in_default`` is true."""
-    from hed.config.layout import active_params
+    from hed.config.session import active_params
 
     section = active_params().get("rescoring") or {}
     return isinstance(section, dict) and bool(section.get("in_default"))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hed.config.layout import layout_from_params, training_inputs
+from hed.config.layout import layout_from_params
+from hed.config.session import training_inputs
 from hed.errors import ConfigError
 
 
@@ -80,7 +81,7 @@ def test_each_session_in_one_process_builds_its_own_nodes(tmp_path, smollm2_dir)
     from kedro.framework.project import configure_project, pipelines, settings
     from kedro.framework.session import KedroSession
 
-    from hed.config import layout
+    from hed.config import session as hed_session
     from tests.project_copy import RUN, copy_project
 
     project = copy_project(tmp_path / "project", smollm2_dir)
@@ -89,15 +90,15 @@ def test_each_session_in_one_process_builds_its_own_nodes(tmp_path, smollm2_dir)
     with contextlib.chdir(project):
         for shards in (2, 3, 1):
             params = {"generation": {"num_shards": shards}}
-            with KedroSession.create(project_path=project, runtime_params=params) as session:
+            with KedroSession.create(project_path=project, runtime_params=params) as kedro_session:
                 pipelines.set_requested(["generation"])  # what session.run does first
-                session.load_context()
+                kedro_session.load_context()
                 seen.append(_shard_nodes())
-                assert layout.active_params()["generation"]["num_shards"] == shards
-                assert layout.data_root() == str(project / "data")
+                assert hed_session.active_params()["generation"]["num_shards"] == shards
+                assert hed_session.data_root() == str(project / "data")
                 hooks = [h for h in settings.HOOKS if type(h).__name__ == "LayoutHooks"]
                 hooks[0].before_pipeline_run()  # the run starts: its pipeline is built
-                assert layout.active_session() is None
+                assert hed_session.active_session() is None
     assert seen == [
         [f"{RUN}.step_0.shard_{shard}.generate_shard" for shard in range(shards)]
         for shards in (2, 3, 1)
@@ -106,26 +107,26 @@ def test_each_session_in_one_process_builds_its_own_nodes(tmp_path, smollm2_dir)
     bad = {"generation": {"num_shards": 5}, "prompts": {"seed": "abc"}}
     with (
         contextlib.chdir(project),
-        KedroSession.create(project_path=project, runtime_params=bad) as session,
+        KedroSession.create(project_path=project, runtime_params=bad) as kedro_session,
         pytest.raises(ConfigError, match=r"prompts\.seed"),
     ):
-        session.run(pipeline_names=["generation"])
-    assert layout.active_session() is None
-    assert layout.active_layout().num_shards == 2  # conf/'s again
+        kedro_session.run(pipeline_names=["generation"])
+    assert hed_session.active_session() is None
+    assert hed_session.active_layout().num_shards == 2  # conf/'s again
 
 
 def test_session_config_builds_pipelines_from_given_params_and_restores():
-    from hed.config import layout
+    from hed.config import session
     from hed.pipelines.generation.pipeline import create_pipeline
 
-    params = dict(layout.active_params())
+    params = dict(session.active_params())
     params["generation"] = {**params["generation"], "num_shards": 4}
-    before = layout.active_session()
-    with layout.session_config(params, "/elsewhere"):
-        assert layout.data_root() == "/elsewhere"
+    before = session.active_session()
+    with session.session_config(params, "/elsewhere"):
+        assert session.data_root() == "/elsewhere"
         names = [n.name for n in create_pipeline().nodes if n.name.endswith("generate_shard")]
     assert len(names) == 4
-    assert layout.active_session() is before
+    assert session.active_session() is before
 
 
 def test_params_runs_is_parsed_once_and_handed_to_the_nodes_as_the_layout(tmp_path):

@@ -266,12 +266,12 @@ def test_the_mini_entropy_default_run_trains_every_run_then_analyses_each():
     N-run comparison, Figure 2 and the advantage_shaping_by_step table."""
     from kedro.framework.project import configure_project
 
-    from hed.config import layout as hed_layout
+    from hed.config import session as hed_session
     from hed.pipeline_registry import register_pipelines
 
     params = _env_params()
     configure_project("hed")
-    with hed_layout.session_config(params):
+    with hed_session.session_config(params):
         names = {node.name for node in register_pipelines()["__default__"].nodes}
     assert {f"{run}.train_policy" for run in ENV_RUNS} <= names
     assert {

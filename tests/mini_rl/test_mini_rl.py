@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from hed.config import layout
+from hed.config import session
 from hed.decode.checkpoints import validate_model_dir
 from hed.errors import ConfigError
 from hed.mini_rl import config as mini_config
@@ -154,7 +154,7 @@ def test_training_specs_merge_shared_and_run_arguments():
     assert "save_every" not in a.trainer_args
     assert a.save_steps == (0, 8, 16, 24) and a.checkpoint_root == "ck/a"
     # no `wandb.dir`: under the active environment's data root (`data` in base)
-    assert a.wandb_dir == str(Path(layout.data_root()) / "01_raw/wandb" / "a")
+    assert a.wandb_dir == str(Path(session.data_root()) / "01_raw/wandb" / "a")
     assert a.prompt_params["instruction_suffix"] == "!" and "num_prompts" not in a.prompt_params
 
 

@@ -224,6 +224,7 @@ def test_every_environment_runs_dynamics_in_default_on_catalog_datasets(env):
     from kedro.framework.project import configure_project
 
     from hed.config import layout as hed_layout
+    from hed.config import session as hed_session
     from hed.pipeline_registry import register_pipelines
 
     loader = OmegaConfigLoader(
@@ -232,7 +233,7 @@ def test_every_environment_runs_dynamics_in_default_on_catalog_datasets(env):
     params = loader["parameters"]
     assert dynamics_params(params["dynamics"]).covariance.kl_cov_ratio == 0.002
     configure_project("hed")
-    with hed_layout.session_config(params):
+    with hed_session.session_config(params):
         default = register_pipelines()["__default__"]
     names = {node.name for node in default.nodes}
     runs = hed_layout.layout_from_params(params).run_steps()

@@ -13,7 +13,7 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 from kedro_datasets.pandas import CSVDataset
 
-from hed.config import layout
+from hed.config import session
 from hed.config.layout import layout_from_params
 from hed.errors import ConfigError
 from hed.hooks import ProjectHooks
@@ -250,7 +250,7 @@ class _Context:
 
 
 def test_hook_exports_the_credentials_key(monkeypatch, tmp_path):
-    monkeypatch.setattr(layout, "_session", layout.active_session())  # restored afterwards
+    monkeypatch.setattr(session, "_session", session.active_session())  # restored afterwards
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     ProjectHooks().after_context_created(_Context(None, project_path=tmp_path))  # none: fine
     assert "WANDB_API_KEY" not in os.environ
@@ -259,7 +259,7 @@ def test_hook_exports_the_credentials_key(monkeypatch, tmp_path):
 
 
 def test_hook_reads_conf_local_credentials_for_another_env(monkeypatch, tmp_path):
-    monkeypatch.setattr(layout, "_session", layout.active_session())
+    monkeypatch.setattr(session, "_session", session.active_session())
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     (tmp_path / "conf" / "local").mkdir(parents=True)
     (tmp_path / "conf" / "qae_repro").mkdir()

@@ -21,7 +21,7 @@ import yaml
 from PIL import Image
 
 from hed.analysis.rescoring import RescoringConsistencyError, reference_plan, rescoring_section
-from hed.config import layout
+from hed.config import layout, session
 from hed.errors import ConfigError, InputDataError
 from hed.pipelines.rescoring import create_pipeline
 from hed.pipelines.rescoring.nodes import (
@@ -82,7 +82,7 @@ def make_project(root: Path, smollm2_dir: Path, tokenizer) -> Path:
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory, smollm2_dir, tokenizer):
-    threads, active = torch.get_num_threads(), layout.active_session()
+    threads, active = torch.get_num_threads(), session.active_session()
     project = make_project(tmp_path_factory.mktemp("rescoring_chain"), smollm2_dir, tokenizer)
     try:
         for pipeline in ("generation", "aggregation", "rescoring"):
@@ -90,7 +90,7 @@ def chain(tmp_path_factory, smollm2_dir, tokenizer):
         yield project
     finally:
         torch.set_num_threads(threads)
-        layout.activate(active and active.params, active and active.data_root)
+        session.activate(active and active.params, active and active.data_root)
 
 
 # ------------------------------------------------------------------ independent computation
@@ -485,7 +485,7 @@ def test_mini_dapo_default_run_includes_rescoring_and_base_does_not():
 
     configure_project("hed")
     for env, expected in (("mini_dapo", True), ("local", False)):  # local: base only
-        with layout.session_config(parameters(env)):
+        with session.session_config(parameters(env)):
             default = register_pipelines()["__default__"]
         names = {n.name for n in default.nodes}
         assert ("check_self_consistency" in names) is expected, env

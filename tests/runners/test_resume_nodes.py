@@ -11,7 +11,7 @@ from kedro.framework.project import configure_project
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Node, Pipeline
 
-from hed.config import layout
+from hed.config import session
 from hed.config.loader import HEDConfigLoader
 from hed.pipeline_registry import register_pipelines
 from hed.runners.resume import is_persisted, resume_command, resume_nodes
@@ -32,7 +32,7 @@ def _pipelines_and_catalog(env: str) -> tuple[dict[str, Pipeline], DataCatalog]:
     if env == "base":  # two steps, so the all-steps nodes have more than one input
         params = {**params, "runs": {first: {**runs[first], "steps": [0, 10]}}}
     configure_project("hed")
-    with layout.session_config(params):
+    with session.session_config(params):
         pipelines = register_pipelines()
         pipelines = {name: pipelines[name] for name in pipelines}  # build them while active
     return pipelines, DataCatalog.from_config(loader["catalog"])

@@ -13,7 +13,7 @@ from typing import Any
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 
-from hed.config import layout
+from hed.config import session
 from hed.config.messages import naming_files
 from hed.core.command_line import update_command
 from hed.hooks.parameters import hand_to_nodes, parsed_sections
@@ -76,7 +76,9 @@ class InputHooks:
         :func:`~hed.core.command_line.update_command`), its ``--load-versions`` pins dropped.
         Then the parsed sections replace the raw ones in the catalog (:func:`hand_to_nodes`)."""
         catalog.__dict__.pop("load", None)  # a run checks before its first node, below
-        root = session_data_root(self._context) if self._context is not None else layout.data_root()
+        root = (
+            session_data_root(self._context) if self._context is not None else session.data_root()
+        )
         origin = key_origins(self._context) if self._context is not None else None
         with naming_files(origin):
             parsed = parsed_sections(pipeline, catalog, root)

@@ -1,8 +1,8 @@
-"""The session's hand-off to pipeline construction (:mod:`hed.config.layout`), as a hook.
+"""The session's hand-off to pipeline construction (:mod:`hed.config.session`), as a hook.
 
 Kedro 1.7 builds a project's pipelines by calling ``register_pipelines()`` with no arguments and
 caches them process-wide, while HED's nodes (one per run × step × shard) depend on the
-session's environment and runtime ``--params``. :class:`LayoutHooks` hands those to the layout
+session's environment and runtime ``--params``. :class:`LayoutHooks` hands those to the session
 when the session's context is created, has Kedro rebuild its cached pipelines from them, and
 takes them back as soon as the run starts (the pipeline is built by then): a run never reads
 them, and a run refused before its first node leaves nothing behind. docs/architecture.md,
@@ -15,12 +15,12 @@ from kedro.framework import project as kedro_project
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 
-from hed.config import layout
+from hed.config import session
 from hed.hooks.project import session_data_root
 
 
 class LayoutHooks:
-    """Hand the session's parameters and data root to :mod:`hed.config.layout` for as long as
+    """Hand the session's parameters and data root to :mod:`hed.config.session` for as long as
     Kedro builds the session's pipelines."""
 
     @hook_impl
@@ -33,14 +33,14 @@ class LayoutHooks:
         """
         # config_loader["parameters"] already holds runtime --params; `context.params` would
         # build (and cache) every pipeline to validate them, before the layout is known.
-        layout.activate(context.config_loader["parameters"], session_data_root(context))
+        session.activate(context.config_loader["parameters"], session_data_root(context))
         rebuild_pipelines_on_next_use()
 
     @hook_impl(tryfirst=True)
     def before_pipeline_run(self) -> None:
         """The pipeline is built: forget the session's configuration before any check or node
-        (:func:`hed.config.layout.deactivate`)."""
-        layout.deactivate()
+        (:func:`hed.config.session.deactivate`)."""
+        session.deactivate()
 
 
 def rebuild_pipelines_on_next_use() -> None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hed.analysis.rescoring import RescoringParams
-from hed.config import layout, params
+from hed.config import layout, params, session
 from hed.config.analysis_params import AnalysesParams, DynamicsParams
 from hed.config.layout import RunParams
 from hed.config.mini_rl import TaskParams, mini_rl_params
@@ -60,7 +60,7 @@ def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -
     Args:
         pipeline: the pipeline about to run.
         catalog: the run's catalog (holds ``params:<section>``).
-        data_root: the run's data root (None: :func:`hed.config.layout.data_root`): the W&B
+        data_root: the run's data root (None: :func:`hed.config.session.data_root`): the W&B
             export folder and mini_rl's default W&B folder lie under it.
 
     Returns:
@@ -70,7 +70,7 @@ def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -
         ConfigError: the first invalid value, in one line.
     """
     datasets = pipeline.datasets()
-    root = layout.data_root() if data_root is None else data_root
+    root = session.data_root() if data_root is None else data_root
 
     def load(name: str) -> Any:
         return catalog.load(f"params:{name}") if f"params:{name}" in catalog else None

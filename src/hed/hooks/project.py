@@ -25,7 +25,7 @@ from kedro.framework.hooks import hook_impl
 from kedro.framework.project import settings
 from kedro.io.core import VERSION_FORMAT
 
-from hed.config import layout, sections
+from hed.config import sections, session
 from hed.errors import ConfigError
 from hed.io import run_lock
 from hed.io.catalog_keys import check_catalog_keys
@@ -130,7 +130,7 @@ def session_data_root(context: KedroContext) -> str:
         root = context.config_loader["globals"].get("data_root")
     except MissingConfigException:
         root = None
-    root = str(root or layout.DEFAULT_DATA_ROOT)
+    root = str(root or session.DEFAULT_DATA_ROOT)
     if root.startswith("hf://"):
         raise ConfigError(
             f"globals.data_root {root}: a data root on the Hub makes every file "
@@ -149,7 +149,7 @@ def check_env_exists(context: KedroContext) -> None:
     Raises:
         ConfigError: one line: the unknown name, the nearest valid one and every valid one.
     """
-    message = layout.unknown_env(context.project_path / settings.CONF_SOURCE, context.env)
+    message = session.unknown_env(context.project_path / settings.CONF_SOURCE, context.env)
     if message:
         raise ConfigError(message)
 

@@ -421,7 +421,7 @@ def ray_reachable(address: str, timeout_s: float = 5.0) -> str | None:
 
 def gather_facts(conf: Path, env: str | None, ray_address: str | None) -> Facts:
     """Read this machine's facts for environment ``env`` of the configuration folder ``conf``."""
-    from hed.config.layout import data_root
+    from hed.config.session import data_root
     from hed.io.run_lock import unwritable
 
     root = data_root()
@@ -441,7 +441,7 @@ def gather_facts(conf: Path, env: str | None, ray_address: str | None) -> Facts:
 
 def _environment_needs(conf: Path, env: str | None) -> tuple[str | None, bool]:
     """``generation.backend`` and whether a metrics source reads W&B, for environment ``env``."""
-    from hed.config.layout import active_params
+    from hed.config.session import active_params
 
     try:
         with warnings.catch_warnings():  # OmegaConf's deprecation notes from Kedro's loader
@@ -475,7 +475,7 @@ def main(argv: Sequence[str] = ()) -> int:
     if args.env:
         os.environ["KEDRO_ENV"] = args.env
     conf = Path(os.environ.get("HED_CONF_SOURCE", "conf"))
-    from hed.config.layout import unknown_env
+    from hed.config.session import unknown_env
 
     unknown = unknown_env(conf, args.env)
     if unknown:

@@ -28,7 +28,7 @@ from typing import Any
 
 from kedro.io.core import VersionNotFoundError
 
-from hed.config import layout
+from hed.config import session
 from hed.core.command_line import update_command
 from hed.errors import InputDataError
 
@@ -259,14 +259,14 @@ def project_pipelines(params: Mapping[str, Any] | None = None) -> dict[str, Any]
 
     Args:
         params: the run's parameters: the pipelines are built from them
-            (:func:`hed.config.layout.session_config`; the session's configuration is no longer
+            (:func:`hed.config.session.session_config`; the session's configuration is no longer
             active once its pipeline is built). None: the active configuration.
     """
     from kedro.framework.project import find_pipelines, pipelines
 
     requested = getattr(pipelines, "_requested_pipelines", None)
     pipelines._requested_pipelines = None
-    scope = layout.session_config(params) if params is not None else contextlib.nullcontext()
+    scope = session.session_config(params) if params is not None else contextlib.nullcontext()
     try:
         with scope:
             return find_pipelines(raise_errors=False)

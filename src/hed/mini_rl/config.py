@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hed.config.layout import StudyLayout, configured_steps, data_root, run_roles
+from hed.config.layout import StudyLayout, configured_steps, run_roles
 from hed.config.mini_rl import DEFAULT_REWARD, WANDB_SUBDIR, MiniRLParams
 from hed.config.prompt_params import PromptsParams
+from hed.config.session import data_root
 from hed.core.validators import positive_int
 from hed.errors import ConfigError
 from hed.mini_rl.reward import grader

@@ -35,7 +35,8 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.config.layout import StudyLayout, active_layout
+from hed.config.layout import StudyLayout
+from hed.config.session import active_layout
 from hed.pipelines.binding import bound
 
 from .nodes import (
@@ -132,7 +133,7 @@ def create_pipeline(layout: StudyLayout | None = None, **kwargs: Any) -> Pipelin
 
     Args:
         layout: runs × steps and the shard count; ``None`` =
-            :func:`hed.config.layout.active_layout`.
+            :func:`hed.config.session.active_layout`.
 
     Returns:
         One node group per (run, step) (see the module docstring) and the five combining

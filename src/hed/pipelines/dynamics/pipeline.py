@@ -26,7 +26,8 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.config.layout import StudyLayout, active_layout
+from hed.config.layout import StudyLayout
+from hed.config.session import active_layout
 
 from .nodes import (
     combine_step_tables,
@@ -76,7 +77,7 @@ def create_pipeline(layout: StudyLayout | None = None, **kwargs: Any) -> Pipelin
     """Build the dynamics pipeline for ``layout`` (default: the active environment's).
 
     Args:
-        layout: runs × steps; ``None`` = :func:`hed.config.layout.active_layout`.
+        layout: runs × steps; ``None`` = :func:`hed.config.session.active_layout`.
 
     Returns:
         Two nodes per (run, step) (module docstring), three combining nodes and two figures.

@@ -6,7 +6,8 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.config.layout import StudyLayout, active_layout, training_inputs
+from hed.config.layout import StudyLayout
+from hed.config.session import active_layout, training_inputs
 from hed.pipelines.binding import bound
 
 from .nodes import build_prompt_set, generate_shard, resolve_checkpoints

@@ -7,13 +7,8 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.config.layout import (
-    StudyLayout,
-    active_layout,
-    active_params,
-    data_root,
-    training_inputs,
-)
+from hed.config.layout import StudyLayout
+from hed.config.session import active_layout, active_params, data_root, training_inputs
 from hed.pass1.config import EXPORT_DIR, RunPass1Config, metrics_params
 from hed.pipelines.binding import bound
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.config.layout import TRAINING_MANIFEST, active_params, training_inputs  # noqa: F401 - re-exported
 from hed.config.mini_rl import MiniRLParams
+from hed.config.session import TRAINING_MANIFEST, active_params, training_inputs  # noqa: F401 - re-exported
 from hed.pipelines.binding import bound
 
 from .nodes import collect_training_manifests, generate_task_sets, train_policy

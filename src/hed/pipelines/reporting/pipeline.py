@@ -7,7 +7,8 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline
 
-from hed.config.layout import active_params, layout_from_params
+from hed.config.layout import layout_from_params
+from hed.config.session import active_params
 from hed.io.provenance import RUN_CONTEXT
 from hed.pipelines.binding import bound
 

@@ -33,7 +33,8 @@ from typing import Any
 from kedro.pipeline import Node, Pipeline
 
 from hed.analysis.rescoring import reference_plan
-from hed.config.layout import StudyLayout, active_layout, active_params
+from hed.config.layout import StudyLayout
+from hed.config.session import active_layout, active_params
 from hed.pipelines.binding import bound
 
 from .analysis_nodes import (

@@ -77,14 +77,20 @@ def run(out: Path) -> None:
 def compare(a: Path, b: Path) -> int:
     import pyarrow.parquet as pq
 
-    files_a = {str(p.relative_to(a)) for p in a.rglob("*") if p.is_file()}
-    files_b = {str(p.relative_to(b)) for p in b.rglob("*") if p.is_file()}
+    # a run's id and dataset versions are its start time: compared with them blanked out, in
+    # file contents and in file names (a version's own record: .hed_computed_from/<ds>/<v>.json)
+    stamp = re.compile(rb"\d{4}-\d\d-\d\dT\d\d\.\d\d\.\d\d\.\d{3}Z")
+
+    def files(root: Path) -> dict[str, Path]:
+        named = {str(p.relative_to(root)): p for p in root.rglob("*") if p.is_file()}
+        return {stamp.sub(b"<run time>", n.encode()).decode(): p for n, p in named.items()}
+
+    paths_a, paths_b = files(a), files(b)
+    files_a, files_b = set(paths_a), set(paths_b)
     problems = [f"only in {a}: {n}" for n in sorted(files_a - files_b)]
     problems += [f"only in {b}: {n}" for n in sorted(files_b - files_a)]
-    # a run's id and dataset versions are its start time: compared with them blanked out
-    stamp = re.compile(rb"\d{4}-\d\d-\d\dT\d\d\.\d\d\.\d\d\.\d{3}Z")
     for name in sorted(files_a & files_b):
-        pa_, pb = a / name, b / name
+        pa_, pb = paths_a[name], paths_b[name]
         same_bytes = pa_.read_bytes() == pb.read_bytes()
         if name.endswith(".json") and not same_bytes:
             blanked = [stamp.sub(b"<run time>", p.read_bytes()) for p in (pa_, pb)]

@@ -285,6 +285,28 @@ def test_a_missing_dump_folder_or_step_is_refused_when_checkpoints_are_resolved(
         resolve_checkpoints(runs, generation)
 
 
+def test_a_missing_dump_step_is_refused_before_the_first_node(tmp_path, root):
+    """The pre-run check of a run that resolves checkpoints: the prompt set (the first node's
+    output) would otherwise be written before resolve_checkpoints refuses the dump."""
+    from kedro.io import DataCatalog, MemoryDataset
+
+    from hed.hooks.parameters import parsed_sections
+
+    runs, generation = params(root, tmp_path / "no_dumps")
+    runs["dapo"]["steps"] = [1]
+    pipeline = create_pipeline(layout_from_params({"runs": runs, "generation": generation}))
+    assert "checkpoints" in pipeline.all_outputs()
+    lexicon = {"lexicon": {"anthropomorphic": ["I"], "reasoning": ["so"]}}
+    sections = {"runs": runs, "generation": generation, "aggregation": lexicon}
+    catalog = DataCatalog({f"params:{k}": MemoryDataset(v) for k, v in sections.items()})
+    folder_missing = r"^runs\.dapo\.responses\.path: verl dump folder .*no_dumps does not exist"
+    with pytest.raises(InputDataError, match=folder_missing):
+        parsed_sections(pipeline, catalog)
+    (tmp_path / "no_dumps").mkdir()
+    (tmp_path / "no_dumps" / "1.jsonl").write_text('{"input": "q", "output": "a", "score": 1}\n')
+    assert parsed_sections(pipeline, catalog)["runs"].run("dapo").steps == (1,)
+
+
 def test_dump_run_gets_a_scoring_gpu_node(root, study):
     dumps, _ = study
     runs, generation = params(root, dumps)

@@ -99,6 +99,25 @@ def generating_model_dir(checkpoint_root: str | Path, dump_step: int, kind: Dump
         ) from None
 
 
+def run_dump_model_dir(run: Any, dump_step: int) -> Path:
+    """The checkpoint that generated dump step ``dump_step`` of ``run`` (a
+    :class:`~hed.config.layout.RunSpec` scoring a verl dump), once ``<step>.jsonl`` is known to
+    be in ``runs.<run>.responses.path``.
+
+    Raises:
+        InputDataError: the dump folder or its ``<step>.jsonl`` is missing (one line naming
+            ``runs.<run>.responses.path``).
+        CheckpointError: as :func:`generating_model_dir`.
+    """
+    from hed.records.verl_dump import dump_file
+
+    try:
+        dump_file(run.responses.path, dump_step)
+    except InputDataError as exc:
+        raise InputDataError(f"runs.{run.name}.responses.path: {exc}") from None
+    return generating_model_dir(run.checkpoint_root, dump_step, run.responses.kind)
+
+
 @dataclass
 class RebuiltResponse:
     """One dump row as token ids.

@@ -56,6 +56,8 @@ def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -
     that need no data: ``reporting.strict`` (:func:`check_strict_completeness`), the pages'
     steps (:func:`check_token_report_steps`), ``analyses.reference_run``. Unknown keys are
     refused earlier, when the session starts (:func:`hed.config.sections.check_unknown_keys`).
+    A run that resolves checkpoints also has every listed dump step checked on disk
+    (:func:`check_dump_steps`).
 
     Args:
         pipeline: the pipeline about to run.
@@ -84,6 +86,8 @@ def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -
             parsed[name] = parse(load(name))
     if "aggregation" in parsed:
         parsed["aggregation"].parsed_lexicon  # noqa: B018 - a missing lexicon, refused now
+    if "runs" in parsed and "checkpoints" in pipeline.all_outputs():
+        check_dump_steps(parsed["runs"])
     listed = layout.run_params(runs) if isinstance(runs, Mapping) and runs else {}
 
     def metrics() -> MetricsParams:
@@ -101,6 +105,21 @@ def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -
     if "params:mini_rl" in datasets:
         parsed["mini_rl"] = mini_rl_params(load("mini_rl"), root)
     return parsed
+
+
+def check_dump_steps(study: layout.StudyLayout) -> None:
+    """Refuse, before any node writes (the prompt set is the first), a listed step of a run
+    scoring a verl dump whose ``<step>.jsonl`` or generating checkpoint is not there.
+
+    Raises:
+        InputDataError: the dump folder or a step's file is missing.
+        CheckpointError: the checkpoint that generated a dump step is not on disk.
+    """
+    from hed.decode.rollouts import run_dump_model_dir
+
+    for run, step in study.run_steps():
+        if run.responses.from_dump:
+            run_dump_model_dir(run, step)
 
 
 def check_reference_run(reference_run: str | None, runs: Any) -> None:

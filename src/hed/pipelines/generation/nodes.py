@@ -168,18 +168,12 @@ def resolve_checkpoints(
 
 def _model_dir(run: Any, step: int) -> Any:
     """The checkpoint of (run, step): for a run scoring a verl dump, the one that generated
-    dump step ``step`` (:func:`hed.decode.rollouts.generating_model_dir`), once its
-    ``<step>.jsonl`` is known to exist (a missing dump is refused here, at the first node,
-    not at its scoring node)."""
+    dump step ``step`` once its ``<step>.jsonl`` is known to exist
+    (:func:`hed.decode.rollouts.run_dump_model_dir`)."""
     if run.responses.from_dump:
-        from hed.decode.rollouts import generating_model_dir
-        from hed.records.verl_dump import dump_file
+        from hed.decode.rollouts import run_dump_model_dir
 
-        try:
-            dump_file(run.responses.path, step)
-        except InputDataError as exc:
-            raise InputDataError(f"runs.{run.name}.responses.path: {exc}") from None
-        return generating_model_dir(run.checkpoint_root, step, run.responses.kind)
+        return run_dump_model_dir(run, step)
     return model_dir_for_step(run.checkpoint_root, step)
 
 

@@ -200,3 +200,31 @@ def test_panel_order_is_by_role_then_configuration_order_parsed_or_raw():
     expected = [("wo", "without_clip"), ("w2", "with_clip"), ("w1", "with_clip"), ("s", "single")]
     assert panel_runs(raw) == panel_runs(StudyLayout.of(raw)) == expected
     assert PANEL_ORDER == ("without_clip", "with_clip", "single")
+
+
+def test_a_missing_folder_of_another_environment_names_the_run_that_writes_it(
+    tmp_path, monkeypatch
+):
+    """conf/mini_rollouts reads what --env mini_dapo's training writes: before that run the
+    refusal says to run it, not to fix runs.<run>.responses.path."""
+    from hed.config import session
+
+    for env, root in (("base", "data"), ("trainer", "data/trainer"), ("reader", "data/reader")):
+        (tmp_path / "conf" / env).mkdir(parents=True)
+        (tmp_path / "conf" / env / "globals.yml").write_text(f"data_root: {root}\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KEDRO_ENV", "reader")
+    monkeypatch.setattr(session, "_session", None)
+    assert session.env_writing("data/trainer/01_raw/checkpoints/run/rollouts") == "trainer"
+    assert session.env_writing("data/reader/01_raw/x") is None  # the active data root
+    assert session.env_writing("/elsewhere/rollouts") is None
+    dump = {"source": "verl_dump", "path": "data/trainer/ck/rollouts", "max_response_length": 8}
+    runs = {"r": {"checkpoint_root": "data/trainer/ck", "steps": "all", "responses": dump}}
+    with pytest.raises(ConfigError) as caught:
+        layout_from_params({"runs": runs}, session.env_writing)
+    assert str(caught.value) == (
+        "runs.r.steps is 'all' but data/trainer/ck/rollouts does not exist yet: it lies in "
+        "environment trainer's data root, so run `kedro run --env trainer` first (it writes it)"
+    )
+    with pytest.raises(ConfigError, match="verl dump folder data/trainer/ck/rollouts does not"):
+        layout_from_params({"runs": runs})  # no environment to name: the dump's own advice

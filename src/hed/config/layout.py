@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -222,7 +222,9 @@ def configured_steps(runs: StudyLayout | Mapping[str, Any], run: str) -> tuple[i
     return run_params(runs)[run].listed_steps if run in runs else ()
 
 
-def _found_steps(name: str, run: RunParams) -> tuple[int, ...]:
+def _found_steps(
+    name: str, run: RunParams, written_by: Callable[[str], str | None] | None = None
+) -> tuple[int, ...]:
     """``steps: all`` resolved on disk: every step folder under ``checkpoint_root`` (step 0 of
     an embedded run not materialised yet); for a run scoring a verl dump, its dump steps whose
     generating checkpoint is on disk (:func:`hed.decode.rollouts.generating_step`; verl saves
@@ -240,7 +242,12 @@ def _found_steps(name: str, run: RunParams) -> tuple[int, ...]:
         steps = dump_steps(str(responses.path)) if responses.from_dump else []
         saved = discover_steps(root)
     except (InputDataError, CheckpointError) as exc:
-        raise ConfigError(f"runs.{name}.steps is 'all' but {exc}") from None
+        folder = str(responses.path if responses.from_dump else root)
+        env = written_by(folder) if written_by and not Path(folder).is_dir() else None
+        reason = str(exc) if env is None else (
+            f"{folder} does not exist yet: it lies in environment {env}'s data root, so run "
+            f"`kedro run --env {env}` first (it writes it)")  # fmt: skip
+        raise ConfigError(f"runs.{name}.steps is 'all' but {reason}") from None
     if not responses.from_dump:
         return tuple(saved)
     first = 1 if responses.kind == "rollout" else 0
@@ -255,8 +262,14 @@ def _found_steps(name: str, run: RunParams) -> tuple[int, ...]:
     return tuple(kept)
 
 
-def layout_from_params(params: Mapping[str, Any]) -> StudyLayout:
+def layout_from_params(
+    params: Mapping[str, Any], written_by: Callable[[str], str | None] | None = None
+) -> StudyLayout:
     """Build the layout from a Kedro parameters dictionary (``runs`` and ``generation``).
+
+    ``written_by(folder)``: the environment whose run writes a missing folder (a
+    ``checkpoint_root`` or dump of ``steps: all``), named in the refusal
+    (:func:`hed.config.session.env_writing`).
 
     Raises:
         ConfigError: ``runs`` missing or malformed (:func:`run_params`), a run without
@@ -273,7 +286,7 @@ def layout_from_params(params: Mapping[str, Any]) -> StudyLayout:
             hint = f"; a new run needs one (did you mean run {near[0]}?)" if near else ""
             raise ConfigError(f"runs.{name}.checkpoint_root is missing{hint}")
         found = run.steps == "all"
-        steps = _found_steps(name, run) if found else run.steps
+        steps = _found_steps(name, run, written_by) if found else run.steps
         runs.append(RunSpec(name, run.role, run.checkpoint_root, steps, run.embedded, found,
                             run.responses))  # fmt: skip
     generation = params.get("generation")

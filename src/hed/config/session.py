@@ -126,8 +126,30 @@ def unknown_env(conf: Path, env: str | None) -> str | None:
 
 
 def active_layout() -> StudyLayout:
-    """Return the layout of the active session, or of ``conf/`` for ``KEDRO_ENV``."""
-    return layout_from_params(active_params())
+    """Return the layout of the active session, or of ``conf/`` for ``KEDRO_ENV`` (a missing
+    folder in another environment's data root named with that environment: :func:`env_writing`).
+    """
+    return layout_from_params(active_params(), env_writing)
+
+
+def env_writing(folder: str) -> str | None:
+    """The environment of ``conf/`` whose data root (its ``globals.yml``) holds ``folder``, when
+    that (the nearest such root) is not the active data root: a run of that environment writes it
+    (``data/mini_dapo/01_raw/checkpoints/...`` → ``mini_dapo``, whose training
+    ``conf/mini_rollouts`` analyses); None otherwise."""
+    import yaml
+
+    conf = Path(os.environ.get("HED_CONF_SOURCE", "conf"))
+    target, holders = Path(folder).resolve(), {}
+    for globals_file in sorted(conf.glob("*/globals.yml")):
+        try:
+            root = (yaml.safe_load(globals_file.read_text(encoding="utf-8")) or {})["data_root"]
+        except (OSError, yaml.YAMLError, KeyError, TypeError):
+            continue
+        if target.is_relative_to(Path(str(root)).resolve()):
+            holders[Path(str(root)).resolve()] = globals_file.parent.name
+    nearest = max(holders, key=lambda root: len(root.parts), default=None)
+    return holders[nearest] if nearest and nearest != Path(data_root()).resolve() else None
 
 
 def active_params() -> Mapping[str, Any]:

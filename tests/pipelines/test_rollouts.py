@@ -5,6 +5,7 @@ to a float64 oracle of the generating checkpoint (the one before the dump step).
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -321,14 +322,19 @@ def test_dump_run_gets_a_scoring_gpu_node(root, study):
 @pytest.mark.parametrize(
     ("responses", "message"),
     [
-        ({"path": None}, "runs.dapo.responses must be a mapping that sets path with source: verl"),
+        (
+            {"path": None, "max_response_length": None},
+            "runs.dapo.responses has source: verl_dump but no path and no max_response_length: "
+            "set path to verl's trainer.rollout_data_dir (or validation_data_dir) and "
+            "max_response_length to verl's data.max_response_length (docs/rollouts.md)",
+        ),
         ({"sorce": "x"}, "unknown parameter runs.dapo.responses.sorce: did you mean"),
         ({"kind": "eval"}, "runs.dapo.responses.kind must be one of rollout, validation"),
     ],
 )
 def test_bad_responses_section_is_one_line(root, study, responses, message):
     runs, generation = params(root, study[0], **responses)
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         layout_from_params({"runs": runs, "generation": generation})
 
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import model_validator
+from pydantic import ValidationInfo, model_validator
 
 from hed.config.model import Number, PositiveInt, PositiveNumber, Section
+from hed.errors import ConfigError
 
 
 class ResponsesParams(Section):
@@ -61,16 +62,16 @@ class ResponsesParams(Section):
     response against ``gts`` with math-verify instead."""
 
     @model_validator(mode="after")
-    def _dump_needs_path_and_length(self) -> ResponsesParams:
-        missing = [
-            name
-            for name in ("path", "max_response_length")
-            if self.source == "verl_dump" and getattr(self, name) is None
-        ]
-        if missing:
-            raise ValueError(
-                f"a mapping that sets {' and '.join(missing)} with source: verl_dump "
-                "(docs/rollouts.md)"
+    def _dump_needs_path_and_length(self, info: ValidationInfo) -> ResponsesParams:
+        missing = [name for name in ("path", "max_response_length") if getattr(self, name) is None]
+        if self.source == "verl_dump" and missing:
+            run = (info.context or {}).get("section", "runs.<run>")
+            fill = {"path": "path to verl's trainer.rollout_data_dir (or validation_data_dir)",
+                    "max_response_length": "max_response_length to verl's "
+                                           "data.max_response_length"}  # fmt: skip
+            raise ConfigError(
+                f"{run}.responses has source: verl_dump but no {' and no '.join(missing)}: set "
+                f"{' and '.join(fill[name] for name in missing)} (docs/rollouts.md)"
             )
         return self
 

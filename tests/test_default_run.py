@@ -268,7 +268,8 @@ def test_kedro_run_shows_a_bad_parameter_in_one_line_before_any_node(default_pro
         assert "Traceback" not in result.stdout + result.stderr
         assert "register_new_resolver" not in result.stderr
         assert result.stderr.strip().splitlines()[-1] == (
-            "ConfigError: aggregation.top_entropy_frac = 20 is outside (0, 1] "
+            "ConfigError: aggregation.top_entropy_frac (set in --params) = 20 is outside (0, 1]; "
+            "set the high-entropy fraction, e.g. 0.2 (the top 20% of a step's tokens) "
             "[HED_TRACEBACK=1 shows the traceback]"
         )
 

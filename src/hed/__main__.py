@@ -33,6 +33,15 @@ def main(*args, **kwargs) -> None:
         from hed.config.schema import main as schema
 
         sys.exit(schema(sys.argv[2:]))
+    first = sys.argv[1] if len(sys.argv) > 1 and not args and not kwargs else "-"
+    if not first.startswith("-"):  # Kedro's run takes options only: a misspelt command
+        import difflib
+
+        near = difflib.get_close_matches(first, ["doctor", "schema"], n=1, cutoff=0.5)
+        hint = f"did you mean {near[0]}? " if near else ""
+        print(f"python -m hed: no command {first!r}; {hint}commands: doctor, schema, or none "
+              "(kedro run; python -m hed --help lists its options)", file=sys.stderr)  # fmt: skip
+        sys.exit(2)
     # imported here: importing kedro.framework.project configures Kedro's logging
     from kedro.framework.cli.utils import find_run_command
     from kedro.framework.project import configure_project

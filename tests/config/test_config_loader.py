@@ -101,3 +101,24 @@ def test_the_session_uses_the_key_by_key_loader(copied_study: Path) -> None:
         parameters = session.load_context().config_loader["parameters"]
     assert AggregationParams.of(parameters["aggregation"]).top_entropy_frac == Fraction(3, 10)
     assert parameters["aggregation"]["lexicon"]["reasoning"][:3] == ["so", "let", "thus"]
+
+
+def test_a_key_set_in_two_files_of_an_environment_is_one_line(tmp_path, monkeypatch):
+    """Kedro refuses it with a ValueError (26 frames from `kedro run`): one line naming both."""
+    from hed.errors import ConfigError
+
+    (tmp_path / "conf/base").mkdir(parents=True)
+    (tmp_path / "conf/s1").mkdir()
+    (tmp_path / "conf/s1/parameters_generation.yml").write_text("generation:\n  top_k: 5\n")
+    (tmp_path / "conf/s1/parameters_reporting.yml").write_text(
+        "reporting:\n  top_n_words: 5\ngeneration:\n  top_k: -5\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    loader = HEDConfigLoader(conf_source="conf", base_env="base", default_run_env="local", env="s1")
+    with pytest.raises(ConfigError) as caught:
+        loader["parameters"]
+    assert str(caught.value) == (
+        "generation.top_k is set in both conf/s1/parameters_generation.yml and "
+        "conf/s1/parameters_reporting.yml; keep it in one of them (Kedro refuses a key set "
+        "twice in one environment)"
+    )

@@ -171,7 +171,7 @@ def test_params_runs_is_parsed_once_and_handed_to_the_nodes_as_the_layout(tmp_pa
         ),
         (
             {"a": {"checkpoint_root": "x", "steps": [1, 1]}},
-            "runs.a.steps lists a step twice: [1, 1]",
+            "runs.a.steps lists a step twice: [1, 1]; list each step once",
         ),
         ({"a": {"steps": [1]}}, "runs.a.checkpoint_root is missing"),
         (  # --params runs.run_c.steps=[0] with a misspelt run name makes a new run
@@ -215,7 +215,9 @@ def test_a_missing_folder_of_another_environment_names_the_run_that_writes_it(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KEDRO_ENV", "reader")
     monkeypatch.setattr(session, "_session", None)
-    assert session.env_writing("data/trainer/01_raw/checkpoints/run/rollouts") == "trainer"
+    assert session.env_writing("data/trainer/01_raw/checkpoints/run/rollouts") == (
+        "kedro run --env trainer"
+    )
     assert session.env_writing("data/reader/01_raw/x") is None  # the active data root
     assert session.env_writing("/elsewhere/rollouts") is None
     dump = {"source": "verl_dump", "path": "data/trainer/ck/rollouts", "max_response_length": 8}
@@ -224,7 +226,9 @@ def test_a_missing_folder_of_another_environment_names_the_run_that_writes_it(
         layout_from_params({"runs": runs}, session.env_writing)
     assert str(caught.value) == (
         "runs.r.steps is 'all' but data/trainer/ck/rollouts does not exist yet: it lies in "
-        "environment trainer's data root, so run `kedro run --env trainer` first (it writes it)"
+        "another environment's data root; run `kedro run --env trainer` first (it writes it)"
     )
+    (tmp_path / "conf/trainer/parameters_mini_rl.yml").write_text("mini_rl: {}\n")  # it trains
+    assert session.env_writing("data/trainer/ck") == "kedro run --env trainer --pipelines mini_rl"
     with pytest.raises(ConfigError, match="verl dump folder data/trainer/ck/rollouts does not"):
         layout_from_params({"runs": runs})  # no environment to name: the dump's own advice

@@ -101,7 +101,8 @@ LEXICON = {"anthropomorphic": ["I"], "reasoning": ["so"]}
         ),
         (
             lambda: AggregationParams.of({"top_entropy_frac": 1.5, "lexicon": LEXICON}),
-            "aggregation.top_entropy_frac = 1.5 is outside (0, 1]",
+            "aggregation.top_entropy_frac = 1.5 is outside (0, 1]; set the high-entropy "
+            "fraction, e.g. 0.2 (the top 20% of a step's tokens)",
         ),
         (
             lambda: named(

@@ -358,3 +358,14 @@ def test_python_m_hed_help_lists_hed_s_commands_then_the_run_options(tmp_path):
     short = python_m_hed(tmp_path, "-h")
     assert short.returncode == 0, short.stderr  # -h as --help (Click's run knows only --help)
     assert short.stdout.splitlines()[:5] == lines[:5] and "--pipelines" in short.stdout
+
+
+def test_python_m_hed_with_a_misspelt_command_names_the_commands(tmp_path):
+    """Kedro's run took `docter` as an extra argument: `Got unexpected extra argument`."""
+    done = python_m_hed(tmp_path, "docter", "--env", "s1")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "python -m hed: no command 'docter'; did you mean doctor? commands: doctor, schema, or "
+        "none (kedro run; python -m hed --help lists its options)"
+    ]
+    assert not any(tmp_path.iterdir())  # nothing ran

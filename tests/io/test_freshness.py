@@ -230,14 +230,14 @@ def test_a_notebooks_catalog_warns_when_it_loads_a_stale_table(reported, caplog)
     configure_project("hed")
     pipelines.configure("hed.pipeline_registry")
 
-    def load(params: dict) -> list[str]:
+    def load(params: dict, dataset: str = "summary_by_step") -> list[str]:
         caplog.clear()
         with (
             contextlib.chdir(reported),
             KedroSession.create(project_path=reported, runtime_params=params) as session,
             caplog.at_level("WARNING", logger="hed.hooks"),
         ):
-            table = session.load_context().catalog.load("summary_by_step")
+            table = session.load_context().catalog.load(dataset)
         assert len(table) > 0
         return [r.getMessage() for r in caplog.records]
 
@@ -249,6 +249,13 @@ def test_a_notebooks_catalog_warns_when_it_loads_a_stale_table(reported, caplog)
         "`kedro run --params aggregation.top_entropy_frac=0.1 --pipelines aggregation,"
     ), warning  # the session's runtime parameters, as --params
     assert warning.endswith("(loaded all the same: this is an earlier result)")
+    # the prompt set too (a run reuses it by design; a notebook is told it is the old one)
+    (warning,) = load({"prompts": {"num_prompts": 3}}, "prompts")
+    assert warning.startswith(
+        "prompts is stale: it was computed before a change: prompts.num_prompts was 8 then, "
+        "is 3 now; bring it up to date with `kedro run --params prompts.num_prompts=3 "
+        "--pipelines generation,"
+    ), warning
 
 
 def test_an_older_version_loaded_is_checked_by_its_own_record(reported):

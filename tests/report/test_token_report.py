@@ -293,7 +293,7 @@ def test_cut_responses_and_alternatives_without_a_tokenizer(demo):
         ),
         ({"responses_per_step": 0}, "responses_per_step must be a positive integer, got 0"),
         ({"max_tokens_per_response": "9"}, "max_tokens_per_response must be a positive integer"),
-        ({"steps": ["20"]}, "steps must be a list of non-negative integer steps (null: every"),
+        ({"steps": ["20"]}, "steps must be a list of non-negative integer steps, or null"),
         ({"enabled": "false"}, "enabled must be true or false (unquoted)"),
         ({"seed": -1}, "seed must be a non-negative integer"),
     ],

@@ -55,9 +55,12 @@ def _run_steps(steps: Any, info: ValidationInfo) -> Any:
     key = f"{(info.context or {}).get('section', RunParams.section)}.steps"
     bad = next((step for step in listed if not is_integer(step) or step < 0), None)
     if bad is not None:
-        raise ConfigError(f"{key}: {bad!r} is not a non-negative integer step")
+        raise ConfigError(
+            f"{key}: {bad!r} is not a non-negative integer step; list steps as integers >= 0 "
+            "(verl's global_step_<N>), or write all"
+        )
     if len(set(listed)) != len(listed):
-        raise ConfigError(f"{key} lists a step twice: {list(listed)}")
+        raise ConfigError(f"{key} lists a step twice: {list(listed)}; list each step once")
     return tuple(sorted(listed))
 
 
@@ -243,10 +246,10 @@ def _found_steps(
         saved = discover_steps(root)
     except (InputDataError, CheckpointError) as exc:
         folder = str(responses.path if responses.from_dump else root)
-        env = written_by(folder) if written_by and not Path(folder).is_dir() else None
-        reason = str(exc) if env is None else (
-            f"{folder} does not exist yet: it lies in environment {env}'s data root, so run "
-            f"`kedro run --env {env}` first (it writes it)")  # fmt: skip
+        command = written_by(folder) if written_by and not Path(folder).is_dir() else None
+        reason = str(exc).replace("runs.<run>.", f"runs.{name}.") if command is None else (
+            f"{folder} does not exist yet: it lies in another environment's data root; run "
+            f"`{command}` first (it writes it)")  # fmt: skip
         raise ConfigError(f"runs.{name}.steps is 'all' but {reason}") from None
     if not responses.from_dump:
         return tuple(saved)
@@ -267,8 +270,8 @@ def layout_from_params(
 ) -> StudyLayout:
     """Build the layout from a Kedro parameters dictionary (``runs`` and ``generation``).
 
-    ``written_by(folder)``: the environment whose run writes a missing folder (a
-    ``checkpoint_root`` or dump of ``steps: all``), named in the refusal
+    ``written_by(folder)``: the ``kedro run`` of another environment that writes a missing
+    folder (a ``checkpoint_root`` or dump of ``steps: all``), named in the refusal
     (:func:`hed.config.session.env_writing`).
 
     Raises:

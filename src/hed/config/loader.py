@@ -106,6 +106,14 @@ class HEDConfigLoader(OmegaConfigLoader):
         except MarkedYAMLError as exc:
             raise yaml_error(exc) from exc
 
+    def _check_duplicates(self, key: str, config_per_file: dict[Path, Any]) -> None:
+        """Kedro's, with a key set in two files of one environment as one line
+        (:func:`duplicate_error`)."""
+        try:
+            super()._check_duplicates(key, config_per_file)
+        except ValueError as exc:
+            raise duplicate_error(str(exc)) from exc
+
     def _resolve_from_raw_config(  # noqa: PLR0917 - Kedro's signature
         self,
         key: str,
@@ -165,3 +173,30 @@ def yaml_error(exc: MarkedYAMLError) -> ConfigError:
     where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     problem = " ".join(str(original.problem or original.context or "syntax error").split())
     return ConfigError(f"{path}{where}: not valid YAML ({problem}); fix the YAML there")
+
+
+#: Kedro's wording of keys set in two files of one environment folder (first line).
+_KEDRO_DUPLICATE = re.compile(r"Duplicate keys found in (?P<a>.+?) and (?P<b>.+?): (?P<keys>.+)")
+
+
+def duplicate_error(message: str) -> ConfigError:
+    """The one-line ``ConfigError`` for Kedro's refusal of a key set in two files of one
+    environment, e.g. ``generation.top_k is set in both conf/s1/parameters_generation.yml and
+    conf/s1/parameters_reporting.yml; keep it in one of them (Kedro refuses a key set twice in
+    one environment)``."""
+    found = _KEDRO_DUPLICATE.match(message.splitlines()[0])
+    if found is None:
+        return ConfigError(" ".join(message.split()))
+
+    def shown(path: str) -> str:
+        file = Path(path)
+        return file.relative_to(Path.cwd()).as_posix() if file.is_relative_to(Path.cwd()) else path
+
+    keys = found["keys"].split(", ")
+    what = f"{keys[0]} is" if len(keys) == 1 else f"{', '.join(keys)} are"
+    first, second = sorted((shown(found["a"]), shown(found["b"])))
+    return ConfigError(
+        f"{what} set in both {first} and {second}; keep "
+        f"{'it' if len(keys) == 1 else 'each'} in one of them (Kedro refuses a key set twice in "
+        "one environment)"
+    )

@@ -57,19 +57,23 @@ def config_error(
 
     Returns:
         The :class:`ConfigError` to raise (a validator's own :class:`~hed.errors.HEDError`, at
-        any depth of nesting, as it wrote it).
+        any depth of nesting, as it wrote it, with the file inserted after the key it starts
+        with).
     """
     errors = exc.errors(include_url=False)
     unknown = [e for e in errors if e["type"] == "extra_forbidden"]
     error = unknown[0] if unknown else errors[0]
-    raised = error.get("ctx", {}).get("error")
-    if isinstance(raised, HEDError):
-        return raised  # type: ignore[return-value]
     loc = [str(part) for part in error["loc"]]
     key = ".".join(p for p in (section, *loc) if p)
     origin = origin or _ORIGIN.get()
     found = origin(key) if origin is not None else None
     where = f" (set in {found})" if found else ""
+    raised = error.get("ctx", {}).get("error")
+    if isinstance(raised, HEDError):
+        text = str(raised)
+        if where and loc and text.startswith(key) and text[len(key) : len(key) + 1] in " :":
+            raised.args = (f"{key}{where}{text[len(key) :]}", *raised.args[1:])
+        return raised  # type: ignore[return-value]
     if error["type"] == "extra_forbidden":
         return ConfigError(_unknown(model, loc, key, where, len(unknown) - 1))
     value, kind = error.get("input"), error["type"]

@@ -18,13 +18,14 @@ does. Outside a session (``python -c``, tests, ``hed doctor``) :func:`active_lay
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hed.config.layout import StudyLayout, layout_from_params
+from hed.config.messages import naming_files
 
 #: The data root of the base environment (``conf/base/globals.yml``).
 DEFAULT_DATA_ROOT = "data"
@@ -38,24 +39,32 @@ class SessionConfig:
         params: the session's parameters (``conf/<env>`` with runtime ``--params`` applied).
         data_root: ``globals.data_root`` of the session's environment, or None (then
             :func:`data_root` reads ``conf/``).
+        origin: dotted key -> the file (or ``--params``) that set it, for messages
+            (:func:`hed.config.sections.key_origin` of the session), or None.
     """
 
     params: Mapping[str, Any]
     data_root: str | None = None
+    origin: Callable[[str], str] | None = None
 
 
 #: The session's configuration while one is active (see the module docstring).
 _session: SessionConfig | None = None
 
 
-def activate(params: Mapping[str, Any] | None, data_root: str | None = None) -> None:
+def activate(
+    params: Mapping[str, Any] | None,
+    data_root: str | None = None,
+    origin: Callable[[str], str] | None = None,
+) -> None:
     """Make ``params`` (and ``data_root``) the source of :func:`active_layout`,
-    :func:`active_params` and :func:`data_root` until :func:`deactivate`.
+    :func:`active_params` and :func:`data_root` until :func:`deactivate`; ``origin`` names the
+    file of a key in :func:`active_layout`'s refusals.
 
-    Called by ``ProjectHooks.after_context_created``; ``params=None`` is :func:`deactivate`.
+    Called by ``LayoutHooks.after_context_created``; ``params=None`` is :func:`deactivate`.
     """
     global _session  # noqa: PLW0603 - the one hand-off from a session to register_pipelines
-    _session = None if params is None else SessionConfig(params, data_root)
+    _session = None if params is None else SessionConfig(params, data_root, origin)
 
 
 def deactivate() -> None:
@@ -129,14 +138,16 @@ def active_layout() -> StudyLayout:
     """Return the layout of the active session, or of ``conf/`` for ``KEDRO_ENV`` (a missing
     folder in another environment's data root named with that environment: :func:`env_writing`).
     """
-    return layout_from_params(active_params(), env_writing)
+    with naming_files(_session.origin if _session is not None else None):
+        return layout_from_params(active_params(), env_writing)
 
 
 def env_writing(folder: str) -> str | None:
-    """The environment of ``conf/`` whose data root (its ``globals.yml``) holds ``folder``, when
-    that (the nearest such root) is not the active data root: a run of that environment writes it
-    (``data/mini_dapo/01_raw/checkpoints/...`` → ``mini_dapo``, whose training
-    ``conf/mini_rollouts`` analyses); None otherwise."""
+    """The ``kedro run`` of another environment that writes ``folder``: the environment of
+    ``conf/`` whose data root (its ``globals.yml``; the nearest such root) holds ``folder``, when
+    that is not the active data root; ``--pipelines mini_rl`` when that environment trains
+    (``data/mini_dapo/01_raw/checkpoints/...`` → ``kedro run --env mini_dapo --pipelines
+    mini_rl``, whose training ``conf/mini_rollouts`` analyses). None otherwise."""
     import yaml
 
     conf = Path(os.environ.get("HED_CONF_SOURCE", "conf"))
@@ -147,9 +158,13 @@ def env_writing(folder: str) -> str | None:
         except (OSError, yaml.YAMLError, KeyError, TypeError):
             continue
         if target.is_relative_to(Path(str(root)).resolve()):
-            holders[Path(str(root)).resolve()] = globals_file.parent.name
+            holders[Path(str(root)).resolve()] = globals_file.parent
     nearest = max(holders, key=lambda root: len(root.parts), default=None)
-    return holders[nearest] if nearest and nearest != Path(data_root()).resolve() else None
+    if nearest is None or nearest == Path(data_root()).resolve():
+        return None
+    env = holders[nearest]
+    trains = (env / "parameters_mini_rl.yml").is_file()
+    return f"kedro run --env {env.name}" + (" --pipelines mini_rl" if trains else "")
 
 
 def active_params() -> Mapping[str, Any]:

@@ -60,7 +60,10 @@ def validate_top_entropy_frac(rho: object) -> Fraction:
             f"aggregation.top_entropy_frac = {rho!r}: use a number in (0, 1], e.g. 0.2"
         ) from None
     if not 0 < exact <= 1:
-        raise ConfigError(f"aggregation.top_entropy_frac = {rho!r} is outside (0, 1]")
+        raise ConfigError(
+            f"aggregation.top_entropy_frac = {rho!r} is outside (0, 1]; set the high-entropy "
+            "fraction, e.g. 0.2 (the top 20% of a step's tokens)"
+        )
     return exact
 
 

@@ -45,7 +45,7 @@ def _steps(value: Any) -> tuple[int, ...] | None:
     if is_integer(value):
         value = [value]
     if not isinstance(value, list | tuple) or any(not is_integer(s) or s < 0 for s in value):
-        raise ValueError("a list of non-negative integer steps (null: every step)")
+        raise ValueError("a list of non-negative integer steps, or null")
     return tuple(sorted(set(value)))
 
 

@@ -111,11 +111,17 @@ def run_dump_model_dir(run: Any, dump_step: int) -> Path:
     """
     from hed.records.verl_dump import dump_file
 
+    def named(text: object) -> str:  # the run's own keys, not the placeholder
+        return str(text).replace("runs.<run>.", f"runs.{run.name}.")
+
     try:
         dump_file(run.responses.path, dump_step)
     except InputDataError as exc:
-        raise InputDataError(f"runs.{run.name}.responses.path: {exc}") from None
-    return generating_model_dir(run.checkpoint_root, dump_step, run.responses.kind)
+        raise InputDataError(named(f"runs.<run>.responses.path: {exc}")) from None
+    try:
+        return generating_model_dir(run.checkpoint_root, dump_step, run.responses.kind)
+    except CheckpointError as exc:
+        raise CheckpointError(named(exc)) from None
 
 
 @dataclass

@@ -161,7 +161,8 @@ def warn_on_stale_loads(
 
     The data is returned all the same (a notebook may look at an earlier result on purpose);
     the warning is the refusal a run would give: what changed and the command that brings it
-    up to date. Only ``catalog.load`` of this catalog instance is wrapped.
+    up to date. ``prompts`` and ``checkpoints`` are checked too (a run reuses them by design:
+    the shards' own checks decide). Only ``catalog.load`` of this catalog instance is wrapped.
     """
     original = catalog.load
 
@@ -173,7 +174,7 @@ def warn_on_stale_loads(
     def load(name: str, *args: Any, **kwargs: Any) -> Any:
         data = original(name, *args, **kwargs)
         try:
-            fresh.check([name], parameters, command, lambda n: load_version(catalog, n))
+            fresh.check([name], parameters, command, lambda n: load_version(catalog, n), skip=())
         except StaleInputError as exc:
             logger.warning("%s (loaded all the same: this is an earlier result)", exc)
         except Exception:  # the warning is a courtesy: never fail a load over it

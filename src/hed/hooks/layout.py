@@ -16,7 +16,7 @@ from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 
 from hed.config import session
-from hed.hooks.project import session_data_root
+from hed.hooks.project import key_origins, session_data_root
 
 
 class LayoutHooks:
@@ -33,7 +33,8 @@ class LayoutHooks:
         """
         # config_loader["parameters"] already holds runtime --params; `context.params` would
         # build (and cache) every pipeline to validate them, before the layout is known.
-        session.activate(context.config_loader["parameters"], session_data_root(context))
+        parameters = context.config_loader["parameters"]
+        session.activate(parameters, session_data_root(context), key_origins(context))
         rebuild_pipelines_on_next_use()
 
     @hook_impl(tryfirst=True)

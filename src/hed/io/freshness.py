@@ -240,6 +240,7 @@ class Freshness:
         parameters: Mapping[str, Any],
         command: Callable[[str, list[str]], str],
         load_version: Callable[[str], str | None] = lambda _: None,
+        skip: tuple[str, ...] = CHECKED_ELSEWHERE,
     ) -> None:
         """Refuse to start when a dataset the run reads is stale.
 
@@ -250,6 +251,8 @@ class Freshness:
                 (e.g. :func:`hed.core.command_line.update_command` of the pipelines that
                 write it and those downstream).
             load_version: the version of a dataset the run would load (None: unversioned).
+            skip: datasets not checked (a run: :data:`CHECKED_ELSEWHERE`; a notebook's load
+                checks them too).
 
         Raises:
             StaleInputError: one line: the dataset, the first difference (recorded value,
@@ -259,7 +262,7 @@ class Freshness:
         """
         current = flatten_all(parameters)
         for dataset in sorted(reads):
-            if dataset.startswith("params:") or dataset in ("parameters", *CHECKED_ELSEWHERE):
+            if dataset.startswith("params:") or dataset in ("parameters", *skip):
                 continue
             version = load_version(dataset)
             recorded, newest = self.load_version(dataset, version)

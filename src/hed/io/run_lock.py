@@ -162,9 +162,9 @@ def _refusal(root: Path, path: Path) -> str:
         time.sleep(0.02)
     who = _describe(holder) if current and holder else f"its details are not in {path}"
     return (
-        f"{root} is in use by another run ({who}): wait for it to end or give this "
-        f"environment its own data_root (conf/<env>/globals.yml); the lock ends with that "
-        f"run's process (delete {path} only to clear a stale name)"
+        f"{root} is in use by another run ({who}): wait for it to end (a study that runs "
+        f"meanwhile needs its own environment and data_root, conf/<env>/globals.yml); the lock "
+        f"ends with that run's process (delete {path} only to clear a stale name)"
     )
 
 

@@ -159,28 +159,64 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+def built_once_per_session(tmp_path_factory, name: str, build):
+    """``build(folder)``'s result, built once per test session however many xdist workers need
+    it: the first worker to ask builds it into ``folder`` (in the session's temporary root,
+    which all its workers share) under a file lock and pickles the result; the others wait on
+    the lock and read that. Without xdist the folder is in this process's own temporary root.
+
+    What a test reads there is shared: a test that changes a project built here works on its
+    own copy (``shutil.copytree(..., symlinks=True)``).
+    """
+    import os
+    import pickle
+    import shutil
+
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # <session basetemp>/popen-gwN: the parent is the session's
+    folder, result = root / f"shared_{name}", root / f"shared_{name}.pickle"
+    with FileLock(str(root / f"shared_{name}.lock")):
+        if result.exists():
+            return pickle.loads(result.read_bytes())
+        if folder.exists():  # a build that failed half-way, in another worker
+            shutil.rmtree(folder)
+        built = build(folder)
+        result.write_bytes(pickle.dumps(built))
+        return built
+
+
 @pytest.fixture(scope="session")
 def uninterrupted_small_step(tmp_path_factory, smollm2_dir):
-    """A small step generated and aggregated in one sequential ``kedro run`` (subprocess).
+    """A small step generated and aggregated in one sequential ``kedro run`` (subprocess),
+    once per session (:func:`built_once_per_session`: do not change its project).
 
     Returns:
         (project, snapshot): see :func:`tests.project_copy.uninterrupted_run`.
     """
     from .project_copy import uninterrupted_run
 
-    return uninterrupted_run(tmp_path_factory.mktemp("uninterrupted"), smollm2_dir)
+    return built_once_per_session(
+        tmp_path_factory, "uninterrupted", lambda folder: uninterrupted_run(folder, smollm2_dir)
+    )
 
 
 @pytest.fixture(scope="session")
 def resumed_small_step(tmp_path_factory, smollm2_dir):
-    """The same step on ``GPURunner`` with two CPU workers, SIGKILLed, resumed, aggregated.
+    """The same step on ``GPURunner`` with two CPU workers, SIGKILLed, resumed, aggregated,
+    once per session (:func:`built_once_per_session`: a test that changes its project copies
+    it first).
 
     Returns:
         :class:`tests.project_copy.ResumedRun`.
     """
     from .project_copy import kill_resume_aggregate
 
-    return kill_resume_aggregate(tmp_path_factory.mktemp("killed"), smollm2_dir)
+    return built_once_per_session(
+        tmp_path_factory, "killed", lambda folder: kill_resume_aggregate(folder, smollm2_dir)
+    )
 
 
 @pytest.fixture(scope="session")

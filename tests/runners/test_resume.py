@@ -1,6 +1,6 @@
 """Kill and resume: a SIGKILLed generation resumes with ``--only-missing-outputs`` exactly.
 
-The slow tests share two runs of one small step (8 prompts × 2 samples × ≤16 tokens of the
+The slow tests share two runs of one small step (8 prompts × 2 samples × ≤8 tokens of the
 embedded SmolLM2, 4 shards; ``tests/project_copy.py``): an uninterrupted sequential
 ``kedro run`` and a ``GPURunner`` run on two CPU worker processes whose process group is
 SIGKILLed as soon as one shard is complete, resumed with the documented command and then
@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -140,11 +141,24 @@ class _Messages(logging.Handler):
 
 
 @pytest.fixture(scope="module")
-def truncated_shard(resumed_small_step) -> Truncation:
+def resumed_project(resumed_small_step, tmp_path_factory) -> Path:
+    """This module's own copy of the resumed project (the session's is shared: another xdist
+    worker's tests may read it meanwhile), which the tests below change."""
+    return Path(
+        shutil.copytree(
+            resumed_small_step.project,
+            tmp_path_factory.mktemp("resumed_copy") / "project",
+            symlinks=True,
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def truncated_shard(resumed_small_step, resumed_project) -> Truncation:
     """Truncate, run aggregation (must refuse), resume generation in-process, aggregate again."""
     import torch
 
-    project = resumed_small_step.project
+    project = resumed_project
     shard = resumed_small_step.interruption.finished[0]
     newest = latest(shard_paths(project, shard)[0])
     original = FileState.of(newest)
@@ -237,9 +251,9 @@ class Reaggregation:
 
 
 @pytest.fixture(scope="module")
-def reaggregated(resumed_small_step, truncated_shard) -> Reaggregation:
+def reaggregated(resumed_project, truncated_shard) -> Reaggregation:
     """After ``truncated_shard`` (it counts the merged versions): two aggregation runs."""
-    project = resumed_small_step.project
+    project = resumed_project
     merged_before = snapshot(project)["step_0.parquet"]
     refusal = None
     try:

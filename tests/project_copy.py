@@ -192,13 +192,13 @@ def temporary_files(folder: Path) -> list[Path]:
 
 # ------------------------------------------------------------------ one small step, four shards
 
-#: A step small enough for CI: 8 prompts × 2 samples × ≤16 tokens, 4 shards, 1 thread each.
+#: A step small enough for CI: 8 prompts × 2 samples × ≤8 tokens, 4 shards, 1 thread each.
 SMALL_STEP = {
     "prompts": {"num_prompts": 8},
     "generation": {
         "num_shards": 4,
         "samples_per_prompt": 2,
-        "max_new_tokens": 16,
+        "max_new_tokens": 8,
         "batch_size": 4,
         "torch_threads": 1,
         # float32 whatever the CPU (by_device would pick bfloat16 on AMX machines): the

@@ -2,7 +2,7 @@
 
 Unit tests of :mod:`hed.records.shard_parts` (exact round trip, binding, discard of stale parts, the
 cleanup hook), then the kill test: ``kedro run --pipeline generation`` of one shard of
-8 batches (demo SmolLM2, CPU) is SIGKILLed once at least one batch is in the partial area,
+4 batches (demo SmolLM2, CPU) is SIGKILLed once at least one batch is in the partial area,
 rerun with the same command, and its records are compared with an uninterrupted run's, value
 for value; the same under ``GPURunner`` (``gpus=cpu``).
 """
@@ -145,18 +145,20 @@ def test_the_dataset_gives_a_store_and_the_hook_removes_it_after_both_saves(tmp_
 
 # ------------------------------------------------------------------ SIGKILL and rerun
 
-#: One shard of 8 prompts x 4 samples = 32 pairs, 8 batches of 4, up to 24 tokens each.
+#: One shard of 4 prompts x 4 samples = 16 pairs, 4 batches of 4, up to 12 tokens each (a
+#: batch takes about a second on one CPU: the kill, 20 ms after the first part, finds the
+#: shard unfinished).
 CRASH_STEP = {
-    "prompts": {"num_prompts": 8},
+    "prompts": {"num_prompts": 4},
     "generation": {
         "num_shards": 1,
         "samples_per_prompt": 4,
-        "max_new_tokens": 24,
+        "max_new_tokens": 12,
         "batch_size": 4,
         "torch_threads": 1,
     },
 }
-PAIRS = 32
+PAIRS = 16
 SHARD_DIR = f"data/02_intermediate/token_records/{RUN}/step_0"
 PARTIAL = f"{SHARD_DIR}/.partial/shard_0"
 SEQUENTIAL = ("run", "--pipeline", "generation")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from fractions import Fraction
 from pathlib import Path
 
@@ -34,10 +33,12 @@ from ..conftest import build_tiny_model
 from ..project_copy import (
     GPU_RUNNER_GENERATION,
     RUN,
+    SMALL_STEP,
     copy_project,
     latest,
     run_kedro,
     run_kedro_cli,
+    set_parameters,
 )
 
 pytestmark = pytest.mark.slow
@@ -354,14 +355,27 @@ def test_bad_rescoring_parameters_are_one_line_errors():
         create_pipeline(lay, {"rescoring": {"reference": {"source": "x"}}})
 
 
-def test_demo_step_rescored_under_gpu_runner_reproduces_its_records(
-    uninterrupted_small_step, tmp_path
-):
-    """The demo model (SmolLM2-135M, float32 on CPU) re-scores its own 8 × 2 responses, one
+#: The demo step of the GPURunner test: the small step's generation (float32) in two shards of
+#: 2 prompts × 2 samples, one per CPU worker (each ``gpu`` node is a fresh process: a shard
+#: costs two of them, the re-scoring and the trainer's).
+TWO_SHARD_STEP = {
+    "prompts": {"num_prompts": 4},
+    "generation": {**SMALL_STEP["generation"], "num_shards": 2},
+}
+
+
+def test_demo_step_rescored_under_gpu_runner_reproduces_its_records(tmp_path, smollm2_dir):
+    """The demo model (SmolLM2-135M, float32 on CPU) re-scores its own 4 × 2 responses, one
     ``gpu`` node per shard on GPURunner's CPU workers: the consistency check passes."""
-    source, _ = uninterrupted_small_step
-    project = tmp_path / "demo"
-    shutil.copytree(source, project, symlinks=True)
+    project = copy_project(tmp_path / "demo", smollm2_dir)
+    set_parameters(project, TWO_SHARD_STEP)
+    threads, active = torch.get_num_threads(), layout.active_session()
+    try:
+        for pipeline in ("generation", "aggregation"):
+            run_kedro(project, pipeline)
+    finally:  # the run set one torch thread and its layout in this process
+        torch.set_num_threads(threads)
+        layout.activate(active and active.params, active and active.data_root)
     run_kedro_cli(project, "run", "--pipelines", "rescoring", *GPU_RUNNER_GENERATION[3:])
     table = pd.read_csv(latest(project / "data/08_reporting/tables/rescoring_consistency.csv"))
     assert table[["run", "step", "status"]].values.tolist() == [[RUN, 0, "pass"]]
@@ -373,9 +387,10 @@ def test_demo_step_rescored_under_gpu_runner_reproduces_its_records(
     assert overlap[["step", "overlap_with_base", "overlap_with_final"]].values.tolist() == [
         [0, 1.0, 1.0]
     ]
+    num_shards = TWO_SHARD_STEP["generation"]["num_shards"]
     shards = [
         latest(project / f"data/03_primary/rescoring/{RUN}/step_0/shard_{k}.rescored.parquet")
-        for k in range(4)
+        for k in range(num_shards)
     ]
     assert sum(pq.read_metadata(p).num_rows for p in shards) == table["n_positions"].item()
 

@@ -16,15 +16,16 @@ from hed.core.command_line import update_command
 from hed.errors import short_message
 from hed.io.freshness import Freshness, StaleInputError, flatten
 
-from ..project_copy import RUN, run_kedro, small_step_project
+from ..project_copy import RUN, TINY, copy_project, run_kedro, set_parameters
 
 CSV = "data/01_raw/metrics/pass1_by_hand.csv"
 
 
 @pytest.fixture(scope="module")
 def reported(tmp_path_factory, smollm2_dir) -> Path:
-    """A small step generated, aggregated, with pass@1 from a CSV, reported (ρ = 0.2)."""
-    project = small_step_project(tmp_path_factory.mktemp("freshness"), smollm2_dir)
+    """A tiny step generated, aggregated, with pass@1 from a CSV, reported (ρ = 0.2)."""
+    project = copy_project(tmp_path_factory.mktemp("freshness"), smollm2_dir)
+    set_parameters(project, TINY)
     (project / CSV).parent.mkdir(parents=True, exist_ok=True)
     (project / CSV).write_text("step,pass1\n0,0.25\n")
     path = project / "conf/base/parameters_metrics.yml"

@@ -1,7 +1,7 @@
 """The resume command HED prints after a failed aggregation node runs to the end, exactly as
 printed, under SequentialRunner and GPURunner (docs/running.md, "When a node fails").
 
-A small step is generated once; then ``kedro run --pipelines aggregation`` runs with a fault
+A tiny step is generated once; then ``kedro run --pipelines aggregation`` runs with a fault
 planted in ``compute_entropy_threshold`` (a node whose input, the shard report, is kept only
 in memory: ``--from-nodes`` that node cannot start). The printed command is run as printed.
 """
@@ -19,9 +19,11 @@ import pytest
 from ..project_copy import (
     MERGED_FOLDER,
     RUN,
+    TINY,
+    copy_project,
     kedro_environment,
     run_kedro,
-    small_step_project,
+    set_parameters,
     versions,
 )
 
@@ -43,7 +45,8 @@ GPU_RUNNER = ("--runner", "hed.runners.GPURunner", "--runner-params", "gpus=cpu,
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory, smollm2_dir) -> Path:
-    project = small_step_project(tmp_path_factory.mktemp("resume_commands"), smollm2_dir)
+    project = copy_project(tmp_path_factory.mktemp("resume_commands"), smollm2_dir)
+    set_parameters(project, TINY)
     run_kedro(project, "generation")
     return project
 

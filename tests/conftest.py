@@ -15,6 +15,8 @@ from . import vllm_gate
 from .vllm_gate import pytest_sessionfinish, pytest_terminal_summary, pytest_testnodedown  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: Session fixtures built once per session whatever the number of xdist workers.
+SHARED_RUNS = {"uninterrupted_small_step", "resumed_small_step"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -24,15 +26,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     the long end-to-end files start first and the short ones fill in at the end, instead of
     one long file running alone after the rest. The ``ray`` files, which run one at a time
     (:func:`_one_ray_cluster_at_a_time`), are spread over the slow ones so that a worker
-    rarely waits for the other's cluster.
+    rarely waits for the other's cluster. A slow file whose every test only reads a run built
+    once per session (:data:`SHARED_RUNS`, :func:`built_once_per_session`) comes last of the
+    slow files: started together with the file that builds it, its worker would wait idle for
+    the build.
     """
     vllm_gate.pytest_collection_modifyitems(config, items)
     files = list(dict.fromkeys(item.path for item in items))
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     ray = [f for f in files if f in {i.path for i in items if i.get_closest_marker("ray")}]
-    order = [f for f in files if f in slow and f not in ray]
+    readers = {
+        f
+        for f in slow
+        if all(SHARED_RUNS & set(getattr(i, "fixturenames", ())) for i in items if i.path == f)
+    }
+    order = [f for f in files if f in slow and f not in ray and f not in readers]
     for k, file in enumerate(ray):
         order.insert(k * (len(order) + k) // max(1, len(ray)), file)
+    order += [f for f in files if f in readers]
     order += [f for f in files if f not in order]
     rank = {file: i for i, file in enumerate(order)}
     items.sort(key=lambda item: rank[item.path])  # stable: a file's tests keep their order

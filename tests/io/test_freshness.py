@@ -251,11 +251,13 @@ def test_a_notebooks_catalog_warns_when_it_loads_a_stale_table(reported, caplog)
     ), warning  # the session's runtime parameters, as --params
     assert warning.endswith("(loaded all the same: this is an earlier result)")
     # the prompt set too (a run reuses it by design; a notebook is told it is the old one)
-    (warning,) = load({"prompts": {"num_prompts": 3}}, "prompts")
+    record = json.loads((reported / "data/.hed_computed_from/prompts.json").read_text())
+    made_with = record["computed_from"]["prompts.num_prompts"]
+    (warning,) = load({"prompts": {"num_prompts": made_with + 1}}, "prompts")
     assert warning.startswith(
-        "prompts is stale: it was computed before a change: prompts.num_prompts was 8 then, "
-        "is 3 now; bring it up to date with `kedro run --params prompts.num_prompts=3 "
-        "--pipelines generation,"
+        f"prompts is stale: it was computed before a change: prompts.num_prompts was {made_with} "
+        f"then, is {made_with + 1} now; bring it up to date with `kedro run --params "
+        f"prompts.num_prompts={made_with + 1} --pipelines generation,"
     ), warning
 
 

@@ -456,3 +456,19 @@ def uninterrupted_run(dest: Path, smollm2_dir: Path) -> tuple[Path, dict[str, li
     project = small_step_project(dest, smollm2_dir)
     run_kedro_cli(project, "run", "--pipelines", "generation,aggregation")
     return project, snapshot(project)
+
+
+@contextlib.contextmanager
+def sigint_not_ignored():
+    """Start children with SIGINT's default action, as a terminal's shell does.
+
+    An ignored SIGINT is inherited across exec, and Python then installs no KeyboardInterrupt
+    handler: under ``cmd &`` in a shell without job control (a CI script, ``nohup``) the whole
+    test session, and so every ``kedro run`` it starts, ignores Ctrl-C. A Python handler is
+    reset to the default at exec, so setting one here is enough.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -28,7 +28,15 @@ from hed.errors import ConfigError
 from hed.io.missing_inputs import MissingInputError
 from hed.io.run_lock import LOCK_NAME, RunLockedError
 
-from .project_copy import REPO_ROOT, RUN, TINY, copy_project, run_kedro, run_kedro_cli
+from .project_copy import (
+    REPO_ROOT,
+    RUN,
+    TINY,
+    copy_project,
+    run_kedro,
+    run_kedro_cli,
+    sigint_not_ignored,
+)
 
 
 @pytest.fixture
@@ -409,7 +417,7 @@ def test_ctrl_c_reports_interrupted_with_the_resume_command(tmp_path):
         f"from tests import runner_nodes; runner_nodes.run_sleeper({str(tmp_path)!r})"
     )
     env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'src'}", "HED_TRACEBACK": ""}
-    with (tmp_path / "parent.log").open("w") as log:
+    with (tmp_path / "parent.log").open("w") as log, sigint_not_ignored():
         parent = subprocess.Popen(
             [sys.executable, "-c", script], env=env, stdout=log, stderr=subprocess.STDOUT
         )

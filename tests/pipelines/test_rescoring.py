@@ -369,13 +369,13 @@ def test_demo_step_rescored_under_gpu_runner_reproduces_its_records(tmp_path, sm
     ``gpu`` node per shard on GPURunner's CPU workers: the consistency check passes."""
     project = copy_project(tmp_path / "demo", smollm2_dir)
     set_parameters(project, TWO_SHARD_STEP)
-    threads, active = torch.get_num_threads(), layout.active_session()
+    threads, active = torch.get_num_threads(), session.active_session()
     try:
         for pipeline in ("generation", "aggregation"):
             run_kedro(project, pipeline)
     finally:  # the run set one torch thread and its layout in this process
         torch.set_num_threads(threads)
-        layout.activate(active and active.params, active and active.data_root)
+        session.activate(active and active.params, active and active.data_root)
     run_kedro_cli(project, "run", "--pipelines", "rescoring", *GPU_RUNNER_GENERATION[3:])
     table = pd.read_csv(latest(project / "data/08_reporting/tables/rescoring_consistency.csv"))
     assert table[["run", "step", "status"]].values.tolist() == [[RUN, 0, "pass"]]

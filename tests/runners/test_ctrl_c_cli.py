@@ -20,6 +20,7 @@ from ..project_copy import (
     kedro_command,
     kedro_environment,
     set_parameters,
+    sigint_not_ignored,
     wait_for,
 )
 
@@ -27,22 +28,6 @@ from ..project_copy import (
 SLOW_STEP = copy.deepcopy(SMALL_STEP)
 SLOW_STEP["generation"]["max_new_tokens"] = 64
 SHARD_NODES = ",".join(f"smollm2_demo.step_0.shard_{k}.generate_shard" for k in range(4))
-
-
-@contextlib.contextmanager
-def sigint_not_ignored():
-    """Start children with SIGINT's default action, as a terminal's shell does.
-
-    An ignored SIGINT is inherited across exec, and Python then installs no KeyboardInterrupt
-    handler: under ``cmd &`` in a shell without job control (a CI script, ``nohup``) the whole
-    test session, and so every ``kedro run`` it starts, ignores Ctrl-C. A Python handler is
-    reset to the default at exec, so setting one here is enough.
-    """
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def interrupt_generation(project: Path, *runner_args: str) -> tuple[int, str]:

@@ -142,23 +142,33 @@ def active_layout() -> StudyLayout:
         return layout_from_params(active_params(), env_writing)
 
 
+def declared_roots(conf: Path) -> dict[str, str]:
+    """``{environment: data_root}`` as each ``conf/<env>/globals.yml`` writes it (environments
+    without one, or without ``data_root``, left out), in folder-name order."""
+    import yaml
+
+    roots = {}
+    for globals_file in sorted(conf.glob("*/globals.yml")):
+        try:
+            declared = yaml.safe_load(globals_file.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(declared, dict) and declared.get("data_root"):
+            roots[globals_file.parent.name] = str(declared["data_root"])
+    return roots
+
+
 def env_writing(folder: str) -> str | None:
     """The ``kedro run`` of another environment that writes ``folder``: the environment of
     ``conf/`` whose data root (its ``globals.yml``; the nearest such root) holds ``folder``, when
     that is not the active data root; ``--pipelines mini_rl`` when that environment trains
     (``data/mini_dapo/01_raw/checkpoints/...`` → ``kedro run --env mini_dapo --pipelines
     mini_rl``, whose training ``conf/mini_rollouts`` analyses). None otherwise."""
-    import yaml
-
     conf = Path(os.environ.get("HED_CONF_SOURCE", "conf"))
     target, holders = Path(folder).resolve(), {}
-    for globals_file in sorted(conf.glob("*/globals.yml")):
-        try:
-            root = (yaml.safe_load(globals_file.read_text(encoding="utf-8")) or {})["data_root"]
-        except (OSError, yaml.YAMLError, KeyError, TypeError):
-            continue
-        if target.is_relative_to(Path(str(root)).resolve()):
-            holders[Path(str(root)).resolve()] = globals_file.parent
+    for env, root in declared_roots(conf).items():
+        if target.is_relative_to(Path(root).resolve()):
+            holders[Path(root).resolve()] = conf / env
     nearest = max(holders, key=lambda root: len(root.parts), default=None)
     if nearest is None or nearest == Path(data_root()).resolve():
         return None

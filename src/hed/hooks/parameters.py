@@ -8,6 +8,7 @@ generation, not after.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,6 +91,7 @@ def parsed_sections(pipeline: Any, catalog: Any, data_root: str | None = None) -
         check_dump_steps(parsed["runs"])
     listed = layout.run_params(runs) if isinstance(runs, Mapping) and runs else {}
 
+    @functools.cache  # parsed once, for the strict check and for the nodes
     def metrics() -> MetricsParams:
         export_dir = f"{root}/{EXPORT_DIR}"
         return metrics_params(load("metrics"), runs=list(listed) or None, export_dir=export_dir)

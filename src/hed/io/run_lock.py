@@ -35,6 +35,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from hed.config.session import declared_roots
 from hed.errors import ConfigError, HEDError, OutputWriteError
 from hed.records.atomic_io import atomic_path
 
@@ -205,7 +206,6 @@ def check_declared_root(data_root: str | Path, env: str, conf: Path, project: Pa
     Raises:
         ConfigError: names the other environment's ``globals.yml`` and the one to edit.
     """
-    import yaml
 
     def resolved(root: str) -> str:
         return root if "://" in root else str((project / root).resolve())
@@ -213,16 +213,10 @@ def check_declared_root(data_root: str | Path, env: str, conf: Path, project: Pa
     if (local_folder(data_root) / OWNER_NAME).exists():
         return  # written already: claim_root names its owner
     mine = resolved(str(data_root))
-    for folder in sorted(p for p in conf.iterdir() if p.is_dir()):
-        other = folder.name
+    for other, root in declared_roots(conf).items():
         if other in (env, "local") or (other == "base" and env == "base"):
             continue
-        try:
-            declared = yaml.safe_load((folder / "globals.yml").read_text(encoding="utf-8")) or {}
-        except (FileNotFoundError, yaml.YAMLError):
-            continue
-        root = declared.get("data_root") if isinstance(declared, dict) else None
-        if root and resolved(str(root)) == mine:
+        if resolved(root) == mine:
             raise ConfigError(
                 f"data root {data_root} is the data root of environment {other} "
                 f"({conf.name}/{other}/globals.yml) but this run is environment {env}: set "
